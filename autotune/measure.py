@@ -1,0 +1,220 @@
+"""Measurement: verify a kernel against a float64 reference, then time it with CUDA events.
+
+Protocol (design.md): fresh random inputs (never zeros); the output is poisoned before the
+verifying launch so an unwritten element fails; then >= 3 warm-up launches and the median of
+>= 20 timed samples, each sample an event pair around enough launches to last ~0.2 ms.
+GFLOPS = 2*M*N*K / seconds. Under the simulator the timings are host wall time and meaningless.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import numpy as np
+
+from kernels import DTYPES, Kernel
+
+#: relative Frobenius error allowed, in units of the dtype's machine epsilon times sqrt(K):
+#: the error of K-term dot products grows like sqrt(K) for random data. float32 at K=1024 gets
+#: 8 * 1.19e-7 * 32 = 3.1e-5; a TF32 product (~3e-4) or one wrong element fails.
+ERROR_EPS_FACTOR = 8.0
+#: integer inputs are drawn from [-INT_RANGE, INT_RANGE] so int32 sums cannot overflow for any K
+#: we would time (|sum| <= K * 64), and int32 results must match exactly.
+INT_RANGE = 8
+INT_POISON = np.iinfo(np.int32).min
+SAMPLE_SECONDS = 2e-4
+
+
+def simulated() -> bool:
+    from numba import config
+
+    return bool(config.ENABLE_CUDASIM)
+
+
+def device_info() -> dict:
+    """Name, compute capability and driver of the current device ("simulator" under the simulator)."""
+    if simulated():
+        return {"device": "simulator", "cc": "", "driver": ""}
+    from numba import cuda
+
+    device = cuda.get_current_device()
+    name = device.name.decode() if isinstance(device.name, bytes) else str(device.name)
+    version = cuda.cudadrv.driver.driver.get_version()
+    return {
+        "device": name,
+        "cc": "{}.{}".format(*device.compute_capability),
+        "driver": "{}.{}".format(*version),
+    }
+
+
+def versions() -> dict:
+    from importlib.metadata import version
+
+    return {"numba": version("numba"), "numba_cuda": version("numba-cuda"), "python": platform.python_version()}
+
+
+def random_inputs(m: int, n: int, k: int, dtype: str, rng: np.random.Generator):
+    np_dtype = DTYPES[dtype][0]
+    if np_dtype.kind == "i":
+        return (
+            rng.integers(-INT_RANGE, INT_RANGE + 1, (m, k)).astype(np_dtype),
+            rng.integers(-INT_RANGE, INT_RANGE + 1, (k, n)).astype(np_dtype),
+        )
+    return rng.standard_normal((m, k)).astype(np_dtype), rng.standard_normal((k, n)).astype(np_dtype)
+
+
+def reference(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """The exact-enough product: float64 for floats, int64 for integers."""
+    wide = np.int64 if A.dtype.kind == "i" else np.float64
+    return A.astype(wide) @ B.astype(wide)
+
+
+def error_bound(dtype: str, k: int) -> float:
+    np_dtype = DTYPES[dtype][0]
+    if np_dtype.kind == "i":
+        return 0.0
+    return ERROR_EPS_FACTOR * float(np.finfo(np_dtype).eps) * math.sqrt(max(k, 1))
+
+
+def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
+    """||out - ref||_F / ||ref||_F; inf if anything is not finite. Exact 0/0 is 0."""
+    diff = out.astype(ref.dtype) - ref
+    if ref.dtype.kind == "i":
+        wrong = np.count_nonzero(diff)
+        return 0.0 if wrong == 0 else math.inf
+    if not np.all(np.isfinite(out)):
+        return math.inf
+    scale = np.linalg.norm(ref)
+    num = np.linalg.norm(diff)
+    return float(num / scale) if scale else (0.0 if num == 0 else math.inf)
+
+
+def poison_value(dtype: str):
+    return np.nan if DTYPES[dtype][0].kind == "f" else INT_POISON
+
+
+@dataclass(frozen=True)
+class Verification:
+    ok: bool
+    error: float
+    bound: float
+
+    def describe(self) -> str:
+        return f"relative error {self.error:.3g} {'<=' if self.ok else '>'} bound {self.bound:.3g}"
+
+
+def verify(kernel: Kernel, m: int, n: int, k: int, rng: np.random.Generator) -> Verification:
+    """Run `kernel` once on fresh random (M,K)@(K,N) inputs into a poisoned output and compare."""
+    from numba import cuda
+
+    A, B = random_inputs(m, n, k, kernel.dtype, rng)
+    C = np.full((m, n), poison_value(kernel.dtype), dtype=A.dtype)
+    dA, dB, dC = cuda.to_device(A), cuda.to_device(B), cuda.to_device(C)
+    kernel(dA, dB, dC)
+    cuda.synchronize()
+    error = relative_error(dC.copy_to_host(), reference(A, B))
+    bound = error_bound(kernel.dtype, k)
+    return Verification(error <= bound, error, bound)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Per-launch times of one measurement, in milliseconds."""
+
+    median_ms: float
+    q25_ms: float
+    q75_ms: float
+    samples: int
+    launches_per_sample: int
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range over the median: how much the clocks and neighbours moved us."""
+        return (self.q75_ms - self.q25_ms) / self.median_ms if self.median_ms else 0.0
+
+    def gflops(self, m: int, n: int, k: int) -> float:
+        return 2.0 * m * n * k / (self.median_ms * 1e-3) / 1e9 if self.median_ms else 0.0
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "spread": self.spread}
+
+
+def time_launches(launch: Callable[[], None], warmup: int = 3, repeat: int = 20) -> Timing:
+    """Time `launch` (which enqueues work on the default stream) by the protocol above."""
+    from numba import cuda
+
+    for _ in range(warmup):
+        launch()
+    cuda.synchronize()
+    if simulated():
+        samples = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            launch()
+            samples.append((time.perf_counter() - start) * 1e3)
+        return _timing(samples, 1)
+
+    start, stop = cuda.event(), cuda.event()
+    start.record()
+    launch()
+    stop.record()
+    stop.synchronize()
+    single_ms = cuda.event_elapsed_time(start, stop)
+    per_sample = max(1, min(1000, math.ceil(SAMPLE_SECONDS * 1e3 / max(single_ms, 1e-4))))
+    samples = []
+    for _ in range(repeat):
+        start.record()
+        for _ in range(per_sample):
+            launch()
+        stop.record()
+        stop.synchronize()
+        samples.append(cuda.event_elapsed_time(start, stop) / per_sample)
+    return _timing(samples, per_sample)
+
+
+def _timing(samples: list[float], per_sample: int) -> Timing:
+    q25, median, q75 = np.percentile(samples, [25, 50, 75])
+    return Timing(float(median), float(q25), float(q75), len(samples), per_sample)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    verification: Verification
+    timing: Timing | None  # None when verification failed
+    gflops: float
+
+
+def measure(
+    kernel: Kernel, m: int, n: int, k: int, rng: np.random.Generator, warmup: int = 3, repeat: int = 20
+) -> Measurement:
+    """Verify, then (only if correct) time `kernel` at (M, N, K) on fresh random inputs."""
+    from numba import cuda
+
+    verification = verify(kernel, m, n, k, rng)
+    if not verification.ok:
+        return Measurement(verification, None, 0.0)
+    A, B = random_inputs(m, n, k, kernel.dtype, rng)
+    dA, dB = cuda.to_device(A), cuda.to_device(B)
+    dC = cuda.device_array((m, n), dtype=A.dtype)
+    timing = time_launches(lambda: kernel.launch(dA, dB, dC), warmup, repeat)
+    return Measurement(verification, timing, timing.gflops(m, n, k))
+
+
+def cublas_matmul() -> Callable | None:
+    """cuBLAS through CuPy as `f(dA, dB, dC)` on Numba device arrays (TF32 off: CuPy's default
+    for float32), or None where CuPy or a GPU is missing."""
+    if simulated():
+        return None
+    try:
+        import cupy
+    except ImportError:
+        return None
+
+    def matmul(dA, dB, dC):
+        cupy.matmul(cupy.asarray(dA), cupy.asarray(dB), out=cupy.asarray(dC))
+
+    return matmul

@@ -1,0 +1,104 @@
+"""The search space: each family's parameters as data, cut by the device's limits.
+
+Nothing here compiles or launches a kernel except `compile_check`, which compiles for a target
+architecture on the CPU to read the resources a config really uses.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import kernels
+from kernels.base import DeviceLimits, all_configs
+
+FAMILY_NAMES = tuple(kernels.FAMILIES)
+
+
+def device_limits() -> DeviceLimits:
+    """The current CUDA device's limits; the defaults under the simulator."""
+    from numba import config, cuda
+
+    if config.ENABLE_CUDASIM:
+        return DeviceLimits()
+    attrs = cuda.get_current_device()
+    return DeviceLimits(
+        max_threads_per_block=attrs.MAX_THREADS_PER_BLOCK,
+        max_shared_per_block=min(attrs.MAX_SHARED_MEMORY_PER_BLOCK, 48 * 1024),
+        max_registers_per_block=attrs.MAX_REGISTERS_PER_BLOCK,
+    )
+
+
+def infeasibility(family: str, config: dict, dtype: str, limits: DeviceLimits) -> str | None:
+    """Why `config` of `family` cannot run on a device with `limits`, or None if it can."""
+    module = kernels.family(family)
+    unknown = set(config) ^ set(module.SPACE)
+    if unknown:
+        return f"parameters {sorted(unknown)} do not match family {family!r}"
+    for name, value in config.items():
+        if value not in module.SPACE[name]:
+            return f"{name}={value!r} is not one of {module.SPACE[name]}"
+    return module.restrict(config, dtype, limits)
+
+
+def feasible_configs(family: str, dtype: str, limits: DeviceLimits) -> list[dict]:
+    module = kernels.family(family)
+    return [c for c in all_configs(module.SPACE) if module.restrict(c, dtype, limits) is None]
+
+
+def default_config(family: str) -> dict:
+    return dict(kernels.family(family).DEFAULT)
+
+
+def sample_configs(
+    family: str, dtype: str, limits: DeviceLimits, count: int, seed: int = 0
+) -> list[dict]:
+    """`count` distinct feasible configs drawn at random, the family's default first."""
+    rest = [c for c in feasible_configs(family, dtype, limits) if c != default_config(family)]
+    drawn = random.Random(seed).sample(rest, min(count - 1, len(rest))) if count > 1 else []
+    return [default_config(family), *drawn][:count]
+
+
+def suggest(trial, families: list[str], dtype: str) -> tuple[str, dict]:
+    """Ask an Optuna trial for a family and its parameters (named "family.param")."""
+    family = trial.suggest_categorical("family", list(families))
+    space = kernels.family(family).SPACE
+    config = {name: trial.suggest_categorical(f"{family}.{name}", values) for name, values in space.items()}
+    return family, config
+
+
+def trial_params(family: str, config: dict) -> dict:
+    """The Optuna parameters that `suggest` would record for (family, config): for enqueueing."""
+    return {"family": family, **{f"{family}.{name}": value for name, value in config.items()}}
+
+
+@dataclass(frozen=True)
+class CompileCheck:
+    family: str
+    config: dict
+    dtype: str
+    resources: dict | None  # kernels.resources.Resources as a dict
+    error: str | None  # compile failure, or the resource problem that keeps it from running
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def compile_check(
+    family: str, configs: list[dict], dtype: str, limits: DeviceLimits, cc: tuple[int, int] = (9, 0)
+) -> list[CompileCheck]:
+    """Compile each config for `cc` on the CPU and read registers, spills and shared memory."""
+    from kernels.resources import compile_report
+
+    results = []
+    for config in configs:
+        kernel = kernels.build(family, config, dtype)
+        try:
+            resources = compile_report(kernel, cc)
+        except Exception as error:  # any compiler failure is this config's verdict, not ours
+            results.append(CompileCheck(family, config, dtype, None, f"{type(error).__name__}: {error}"))
+            continue
+        problem = resources.problem(kernel.threads, limits)
+        results.append(CompileCheck(family, config, dtype, resources.as_dict(), problem))
+    return results

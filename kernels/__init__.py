@@ -1,0 +1,30 @@
+"""Parameterized Numba CUDA matmul kernel families: C = A @ B for any M, N, K.
+
+Each family module holds its search space as data (SPACE, DEFAULT), a restriction function and a
+factory; see kernels.base for the contract.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from . import naive, register, shared
+from .base import DTYPES, DeviceLimits, Kernel, OperandError, check_operands
+
+FAMILIES: dict[str, ModuleType] = {"naive": naive, "shared": shared, "register": register}
+
+
+def family(name: str) -> ModuleType:
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        raise ValueError(f"unknown kernel family {name!r}; known: {', '.join(FAMILIES)}") from None
+
+
+def build(name: str, config: dict, dtype: str) -> Kernel:
+    if dtype not in DTYPES:
+        raise ValueError(f"unsupported dtype {dtype!r}; supported: {', '.join(DTYPES)}")
+    return family(name).build(config, dtype)
+
+
+__all__ = ["DTYPES", "FAMILIES", "DeviceLimits", "Kernel", "OperandError", "build", "check_operands", "family"]

@@ -1,0 +1,20 @@
+"""Tests run on the CPU under Numba's CUDA simulator; it must be on before numba is imported.
+
+Set MMTUNE_TEST_GPU=1 to run the same tests on a real GPU instead (larger shapes there).
+"""
+
+import os
+import zlib
+
+ON_GPU = os.environ.get("MMTUNE_TEST_GPU") == "1"
+if not ON_GPU:
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def rng(request):
+    """A generator seeded per test, so a failure reproduces."""
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))

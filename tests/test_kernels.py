@@ -1,0 +1,153 @@
+"""Every kernel family x dtype against a float64 reference, on odd shapes, into a poisoned output.
+
+One file for the simulator and a GPU (MMTUNE_TEST_GPU=1): the simulator gets small shapes and small
+tiles, a GPU the families' defaults and shapes that leave partial tiles at every edge.
+"""
+
+import numpy as np
+import pytest
+from conftest import ON_GPU
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from numba import cuda
+
+import kernels
+from autotune.measure import poison_value, random_inputs, reference, relative_error, error_bound
+from autotune.space import DeviceLimits, feasible_configs
+from kernels import OperandError
+
+DTYPES = list(kernels.DTYPES)
+
+if ON_GPU:
+    CONFIGS = {name: [module.DEFAULT] for name, module in kernels.FAMILIES.items()}
+    SHAPES = [(1, 1, 1), (1, 1000, 1), (257, 129, 1), (513, 1021, 769), (1000, 1000, 1000)]
+else:
+    # Small tiles keep the simulator (one Python thread per CUDA thread) fast.
+    CONFIGS = {
+        "naive": [{"block_x": 8, "block_y": 4}, {"block_x": 32, "block_y": 1}],
+        "shared": [{"tpb": 8, "pad": 1}, {"tpb": 16, "pad": 0}],
+        "register": [
+            {"bm": 16, "bn": 32, "bk": 4, "tm": 2, "tn": 4, "pad": 1, "mapping": "strided", "prefetch": True},
+            {"bm": 32, "bn": 16, "bk": 8, "tm": 4, "tn": 1, "pad": 0, "mapping": "contiguous", "prefetch": False},
+        ],
+    }
+    SHAPES = [(1, 1, 1), (1, 13, 1), (7, 1, 3), (17, 23, 19), (3, 41, 37)]
+
+CASES = [
+    pytest.param(family, config, id=f"{family}-{i}")
+    for family, configs in CONFIGS.items()
+    for i, config in enumerate(configs)
+]
+
+
+def run(kernel, A, B):
+    """Launch into a poisoned output; return what the kernel wrote."""
+    m, n = A.shape[0], B.shape[1]
+    C = np.full((m, n), poison_value(kernel.dtype), dtype=A.dtype)
+    dC = cuda.to_device(C)
+    kernel(cuda.to_device(A), cuda.to_device(B), dC)
+    return dC.copy_to_host()
+
+
+def assert_matches_reference(kernel, A, B):
+    out = run(kernel, A, B)
+    ref = reference(A, B)
+    if kernel.dtype == "int32":
+        np.testing.assert_array_equal(out, ref.astype(np.int32))
+    else:
+        assert np.all(np.isfinite(out)), "unwritten (poisoned) elements remain"
+        assert relative_error(out, ref) <= error_bound(kernel.dtype, A.shape[1])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("family,config", CASES)
+def test_family_matches_reference_on_odd_shapes(family, config, dtype, rng):
+    kernel = kernels.build(family, config, dtype)
+    shapes = SHAPES if config is CONFIGS[family][0] else SHAPES[-2:]
+    for m, n, k in shapes:
+        A, B = random_inputs(m, n, k, dtype, rng)
+        assert_matches_reference(kernel, A, B)
+
+
+@pytest.mark.parametrize("family", list(kernels.FAMILIES))
+def test_k_zero_gives_zeros(family):
+    kernel = kernels.build(family, CONFIGS[family][0], "float32")
+    out = run(kernel, np.zeros((5, 0), np.float32), np.zeros((0, 3), np.float32))
+    np.testing.assert_array_equal(out, np.zeros((5, 3), np.float32))
+
+
+def test_accumulates_in_the_element_type():
+    """float32 kernels must not round through float64: the result equals float32 summation."""
+    kernel = kernels.build("naive", CONFIGS["naive"][0], "float32")
+    A = np.full((1, 3), 1.0, np.float32)
+    B = np.array([[2.0**24], [1.0], [1.0]], np.float32)  # 2^24 + 1 + 1 in float32 stays 2^24
+    assert run(kernel, A, B)[0, 0] == np.float32(2.0**24)
+
+
+def test_int32_wraps_like_numpy():
+    kernel = kernels.build("shared", CONFIGS["shared"][0], "int32")
+    A = np.full((2, 2), 2**30, np.int32)
+    B = np.full((2, 2), 2, np.int32)
+    np.testing.assert_array_equal(run(kernel, A, B), A @ B)
+
+
+@pytest.mark.parametrize(
+    "A,B,C,message",
+    [
+        ((3, 4), (5, 2), (3, 2), "inner dimensions differ"),
+        ((3, 4), (4, 2), (2, 3), "C must be 3x2"),
+        ((3, 4, 1), (4, 2), (3, 2), "A must be 2-D"),
+    ],
+)
+def test_operand_shapes_are_checked(A, B, C, message):
+    kernel = kernels.build("naive", kernels.naive.DEFAULT, "float32")
+    arrays = [np.ones(s, np.float32) for s in (A, B, C)]
+    with pytest.raises(OperandError, match=message):
+        kernel(*arrays)
+
+
+def test_operands_must_be_c_contiguous_and_of_the_kernel_dtype():
+    kernel = kernels.build("naive", kernels.naive.DEFAULT, "float32")
+    A = np.ones((4, 4), np.float32)
+    with pytest.raises(OperandError, match="B is not C-contiguous"):
+        kernel(A, np.ones((4, 4), np.float32).T.copy(order="F"), np.ones((4, 4), np.float32))
+    with pytest.raises(OperandError, match="A has dtype float64"):
+        kernel(A.astype(np.float64), A, A)
+
+
+def test_unknown_family_and_dtype_are_refused():
+    with pytest.raises(ValueError, match="unknown kernel family 'tensor'"):
+        kernels.build("tensor", {}, "float32")
+    with pytest.raises(ValueError, match="unsupported dtype 'float16'"):
+        kernels.build("naive", kernels.naive.DEFAULT, "float16")
+
+
+# --- property test: configs drawn from each family's feasible space compute the right product ---
+
+def _simulator_friendly(config: dict) -> bool:
+    """Few threads and barriers per launch, so one example costs about a second in the simulator."""
+    if "bm" in config:
+        return config["bm"] * config["bn"] <= 64 * 64 and config["bk"] >= 8
+    if "tpb" in config:
+        return config["tpb"] >= 16
+    return config["block_x"] * config["block_y"] <= 256
+
+
+PROPERTY_CONFIGS = {
+    (family, dtype): [c for c in feasible_configs(family, dtype, DeviceLimits()) if ON_GPU or _simulator_friendly(c)]
+    for family in kernels.FAMILIES
+    for dtype in DTYPES
+}
+
+
+@settings(max_examples=30 if ON_GPU else 12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_feasible_configs_are_correct(data):
+    family = data.draw(st.sampled_from(list(kernels.FAMILIES)), label="family")
+    dtype = data.draw(st.sampled_from(DTYPES), label="dtype")
+    config = data.draw(st.sampled_from(PROPERTY_CONFIGS[family, dtype]), label="config")
+    top = 300 if ON_GPU else 40
+    m, n, k = (data.draw(st.integers(1, top), label=d) for d in "mnk")
+    seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
+    A, B = random_inputs(m, n, k, dtype, np.random.default_rng(seed))
+    assert_matches_reference(kernels.build(family, config, dtype), A, B)
