@@ -89,8 +89,9 @@ def compile_check(
     family: str, configs: list[dict], dtype: str, limits: DeviceLimits, cc: tuple[int, int] = (9, 0)
 ) -> list[CompileCheck]:
     """Compile each config for `cc` on the CPU and read registers, spills and shared memory."""
-    from kernels.resources import compile_report
+    from kernels.resources import compile_report, require_compiler
 
+    require_compiler()
     results = []
     for config in configs:
         kernel = kernels.build(family, config, dtype)

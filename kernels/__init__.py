@@ -6,9 +6,12 @@ factory; see kernels.base for the contract.
 
 from __future__ import annotations
 
+import hashlib
+import inspect
+from functools import cache
 from types import ModuleType
 
-from . import naive, register, shared
+from . import base, naive, register, shared
 from .base import DTYPES, DeviceLimits, Kernel, OperandError, check_operands
 
 FAMILIES: dict[str, ModuleType] = {"naive": naive, "shared": shared, "register": register}
@@ -27,4 +30,12 @@ def build(name: str, config: dict, dtype: str) -> Kernel:
     return family(name).build(config, dtype)
 
 
-__all__ = ["DTYPES", "FAMILIES", "DeviceLimits", "Kernel", "OperandError", "build", "check_operands", "family"]
+@cache
+def source_hash(name: str) -> str:
+    """A hash of the family's source (and the shared base): a cached config whose hash differs
+    was measured on other code."""
+    text = inspect.getsource(family(name)) + inspect.getsource(base)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+__all__ = ["DTYPES", "FAMILIES", "DeviceLimits", "Kernel", "OperandError", "build", "check_operands", "family", "source_hash"]

@@ -15,6 +15,9 @@ from types import SimpleNamespace
 from .base import DeviceLimits, Kernel
 
 HOPPER = (9, 0)
+#: shared memory the system reserves in every block that uses shared memory, from sm_80 on
+#: (cudaDevAttrReservedSharedMemoryPerBlock); ptxas counts it in "smem", the 48 KB limit does not.
+RESERVED_SHARED_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -23,7 +26,7 @@ class Resources:
     spill_stores: int  # bytes
     spill_loads: int  # bytes
     stack_bytes: int
-    shared_bytes: int
+    shared_bytes: int  # the kernel's own static shared memory, without the system's reserve
     local_bytes: int
     cc: tuple[int, int]
 
@@ -39,12 +42,17 @@ class Resources:
         return asdict(self)
 
 
-def ptx(kernel: Kernel, cc: tuple[int, int] = HOPPER) -> str:
-    from numba import config, cuda
+def require_compiler() -> None:
+    from numba import config
 
     if config.ENABLE_CUDASIM:
-
         raise RuntimeError("compiling to PTX needs numba-cuda without NUMBA_ENABLE_CUDASIM")
+
+
+def ptx(kernel: Kernel, cc: tuple[int, int] = HOPPER) -> str:
+    from numba import cuda
+
+    require_compiler()
     with _device_functions_target(cc):
         text, _ = cuda.compile_ptx(
             kernel.py_func, kernel.signature, cc=cc, launch_bounds=kernel.launch_bounds
@@ -116,12 +124,15 @@ def parse_report(log: str, cc: tuple[int, int] = HOPPER) -> Resources:
             raise ValueError(f"no {pattern!r} in the assembler's report:\n{log}")
         return int(match.group(1))
 
+    smem = find(rf"{_NUMBER} bytes smem")
+    if smem and tuple(cc) >= (8, 0):
+        smem -= RESERVED_SHARED_BYTES
     return Resources(
         registers=find(rf"Used {_NUMBER} registers"),
         spill_stores=find(rf"{_NUMBER} bytes spill stores"),
         spill_loads=find(rf"{_NUMBER} bytes spill loads"),
         stack_bytes=find(rf"{_NUMBER} bytes stack frame"),
-        shared_bytes=find(rf"{_NUMBER} bytes smem"),
+        shared_bytes=smem,
         local_bytes=find(rf"{_NUMBER} bytes lmem"),
         cc=tuple(cc),
     )

@@ -18,3 +18,15 @@ import pytest  # noqa: E402
 def rng(request):
     """A generator seeded per test, so a failure reproduces."""
     return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path, monkeypatch):
+    """Every test gets its own MMTUNE_CACHE (and so its own study journal) and fresh lookups."""
+    path = tmp_path / "cache" / "cache.db"
+    monkeypatch.setenv("MMTUNE_CACHE", str(path))
+    from autotune import runtime
+
+    runtime.clear()
+    yield path
+    runtime.clear()

@@ -1,0 +1,116 @@
+"""The SQLite cache of verified best configs: one row per (device, dtype, m, n, k).
+
+Knows nothing of Numba: a row is plain data. Writes are single statements that keep the faster
+row, so concurrent tuners writing one file never lose the best (SQLite serializes them; WAL lets
+readers go on meanwhile).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+import sqlite_utils
+
+TABLE = "best"
+KEY = ("device", "dtype", "m", "n", "k")
+COLUMNS = {
+    "device": str, "dtype": str, "m": int, "n": int, "k": int,
+    "family": str, "params": str, "gflops": float, "median_ms": float, "spread": float,
+    "trials": int, "cc": str, "driver": str, "numba": str, "numba_cuda": str,
+    "source_hash": str, "created": str, "study": str,
+}
+REQUIRED = ("device", "dtype", "m", "n", "k", "family", "params", "gflops")
+BUSY_TIMEOUT_MS = 30_000
+
+
+class CacheError(Exception):
+    """The cache file cannot be used as it is."""
+
+
+def default_path() -> Path:
+    """MMTUNE_CACHE, else cache.db in the platform's user cache directory."""
+    env = os.environ.get("MMTUNE_CACHE")
+    if env:
+        return Path(env).expanduser()
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("mmtune")) / "cache.db"
+
+
+def shape_distance(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
+    """Distance between two shapes on a log2 scale: sqrt(sum(log2(a_i / b_i)^2)).
+    Doubling one dimension is distance 1; 1024^3 to 2048^3 is sqrt(3) = 1.73."""
+    return math.sqrt(sum(math.log2(x / y) ** 2 for x, y in zip(a, b)))
+
+
+class Cache:
+    def __init__(self, path: Path | str | None = None):
+        self.path = Path(path) if path else default_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.db = sqlite_utils.Database(self.path)
+            self.db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            others = self.db.table_names()
+            if others and TABLE not in others:
+                raise CacheError(f"{self.path} holds other tables ({', '.join(others)}): not an mmtune cache")
+            self.db.enable_wal()
+            self.table = self.db.table(TABLE)
+            self.table.create(COLUMNS, pk=KEY, not_null=set(REQUIRED), if_not_exists=True)
+        except CacheError:
+            raise
+        except Exception as error:  # sqlite3.DatabaseError and friends
+            raise CacheError(f"{self.path} is not a usable mmtune cache ({error})") from None
+
+    def record(self, row: dict) -> bool:
+        """Insert `row`, or replace the row of its key if `row` is faster. True if it was written."""
+        missing = [c for c in REQUIRED if row.get(c) is None]
+        if missing:
+            raise ValueError(f"cache row lacks {', '.join(missing)}")
+        row = {c: row.get(c) for c in COLUMNS}
+        if not isinstance(row["params"], str):
+            row["params"] = json.dumps(row["params"], sort_keys=True)
+        row["created"] = row["created"] or datetime.now(timezone.utc).isoformat(timespec="seconds")
+        names = ", ".join(COLUMNS)
+        updates = ", ".join(f"{c} = excluded.{c}" for c in COLUMNS if c not in KEY)
+        cursor = self.db.execute(
+            f"INSERT INTO {TABLE} ({names}) VALUES ({', '.join('?' * len(COLUMNS))}) "
+            f"ON CONFLICT ({', '.join(KEY)}) DO UPDATE SET {updates} WHERE excluded.gflops > {TABLE}.gflops",
+            [row[c] for c in COLUMNS],
+        )
+        self.db.conn.commit()
+        return cursor.rowcount > 0
+
+    def rows(self, device: str | None = None, dtype: str | None = None, shape=None) -> list[dict]:
+        where, args = [], []
+        for column, value in (("device", device), ("dtype", dtype)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        if shape is not None:
+            where.append("m = ? AND n = ? AND k = ?")
+            args.extend(shape)
+        found = self.table.rows_where(" AND ".join(where) or None, args, order_by="device, dtype, m, n, k")
+        return [decode(row) for row in found]
+
+    def get(self, device: str, dtype: str, m: int, n: int, k: int) -> dict | None:
+        rows = self.rows(device, dtype, (m, n, k))
+        return rows[0] if rows else None
+
+    def nearest(self, device: str, dtype: str, m: int, n: int, k: int, count: int = 1) -> list[tuple[float, dict]]:
+        """The `count` tuned shapes closest to (m, n, k) by `shape_distance`, nearest first."""
+        return nearest_rows(self.rows(device, dtype), (m, n, k), count)
+
+
+def nearest_rows(rows: list[dict], shape: tuple[int, int, int], count: int = 1) -> list[tuple[float, dict]]:
+    ranked = sorted(rows, key=lambda r: shape_distance(shape, (r["m"], r["n"], r["k"])))
+    return [(shape_distance(shape, (r["m"], r["n"], r["k"])), r) for r in ranked[:count]]
+
+
+def decode(row: dict) -> dict:
+    row = dict(row)
+    row["params"] = json.loads(row["params"]) if isinstance(row["params"], str) else row["params"]
+    return row

@@ -1,0 +1,164 @@
+"""The `mmtune` command line: each command parses its options and calls one library function."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(
+    help="Tune Numba CUDA matrix-multiplication kernels per shape and keep the verified best.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+DTYPE_HELP = "Element type: float32, float64 or int32."
+
+
+class UserError(Exception):
+    """A mistake in the command line or its environment: one line on stderr, exit 2."""
+
+
+def _fail(error: Exception) -> None:
+    typer.echo(f"error: {error}", err=True)
+    raise typer.Exit(2)
+
+
+def _use_simulator(simulate: bool) -> None:
+    """--simulate: Numba's CUDA simulator, which must be chosen before numba is imported."""
+    if simulate:
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+        from numba import config
+
+        if not config.ENABLE_CUDASIM:
+            raise UserError("--simulate came after numba was loaded without NUMBA_ENABLE_CUDASIM=1")
+
+
+def _gflops(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def _shape(m: Optional[int], n: Optional[int], k: Optional[int]):
+    given = [x is not None for x in (m, n, k)]
+    if any(given) and not all(given):
+        raise UserError("give all of --m, --n and --k, or none")
+    return (m, n, k) if all(given) else None
+
+
+@app.command()
+def tune(
+    m: int = typer.Option(..., "--m", help="Rows of A and C."),
+    n: int = typer.Option(..., "--n", help="Columns of B and C."),
+    k: int = typer.Option(..., "--k", help="Columns of A, rows of B."),
+    dtype: str = typer.Option("float32", help=DTYPE_HELP),
+    trials: int = typer.Option(40, help="Measured trials the study should hold; a rerun resumes up to this."),
+    timeout: Optional[float] = typer.Option(None, help="Stop searching after this many seconds."),
+    family: Optional[list[str]] = typer.Option(None, help="Kernel family to search (repeatable); default all."),
+    sampler: str = typer.Option("tpe", help="tpe (seeded, default), random, grid (brute force) or gp."),
+    storage: Optional[str] = typer.Option(None, help="Optuna storage URL; default a journal file beside the cache."),
+    seed: int = typer.Option(0, help="Seed of the sampler and of the random inputs."),
+    simulate: bool = typer.Option(False, help="Run on the CPU under Numba's CUDA simulator (tiny shapes)."),
+):
+    """Search kernel configs for one shape; cache and print the verified best."""
+    try:
+        _use_simulator(simulate)
+        from autotune.cache import CacheError
+        from autotune.tuner import TuneError, tune as run
+
+        result = run(m, n, k, dtype, trials, timeout, family, sampler, storage, seed)
+    except (UserError, TuneError, CacheError) as error:
+        _fail(error)
+    row = result.row
+    if row is None:
+        _fail(RuntimeError(f"no config verified in {result.trials} trials ({result.failed} failed); see study {result.study_name}"))
+    typer.echo(f"best for {row['device']} {row['dtype']} {m}x{n}x{k}: {row['family']} {json.dumps(row['params'])}")
+    typer.echo(
+        f"  {_gflops(row['gflops'])} GFLOPS, median {row['median_ms']:.4g} ms, spread {row['spread']:.1%};"
+        f" {result.trials} trials ({result.new_trials} new, {result.failed} failed) in {result.wall_s:.0f} s"
+    )
+    typer.echo("  written to the cache" if result.written else "  the cache keeps a faster row for this shape")
+    typer.echo(f"  study {result.study_name!r} in {result.storage}")
+
+
+@app.command()
+def best(
+    m: Optional[int] = typer.Option(None, "--m", help="Only this shape (with --n and --k)."),
+    n: Optional[int] = typer.Option(None, "--n", help="See --m."),
+    k: Optional[int] = typer.Option(None, "--k", help="See --m."),
+    dtype: Optional[str] = typer.Option(None, help=DTYPE_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list of the rows."),
+):
+    """Show the cached best configs, for all shapes or one."""
+    try:
+        from autotune.cache import Cache, CacheError
+
+        rows = Cache().rows(dtype=dtype, shape=_shape(m, n, k))
+    except (UserError, CacheError) as error:
+        _fail(error)
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    table = Table("device", "dtype", "M", "N", "K", "family", "params", "GFLOPS", "spread", "trials", "tuned")
+    for r in rows:
+        params = " ".join(f"{key}={value}" for key, value in r["params"].items())
+        table.add_row(
+            r["device"], r["dtype"], str(r["m"]), str(r["n"]), str(r["k"]), r["family"], params,
+            _gflops(r["gflops"]), f"{r['spread']:.1%}" if r["spread"] is not None else "",
+            str(r["trials"] or ""), (r["created"] or "")[:10],
+        )
+    Console(width=200).print(table)
+
+
+@app.command()
+def lookup(
+    m: int = typer.Option(..., "--m", help="Rows of A and C."),
+    n: int = typer.Option(..., "--n", help="Columns of B and C."),
+    k: int = typer.Option(..., "--k", help="Columns of A, rows of B."),
+    dtype: str = typer.Option("float32", help=DTYPE_HELP),
+    simulate: bool = typer.Option(False, help="Look up for the simulator's rows."),
+):
+    """Say which config matmul would use for a shape, and where it came from."""
+    try:
+        _use_simulator(simulate)
+        from autotune.runtime import lookup as find
+        from kernels import OperandError
+
+        choice = find(m, n, k, dtype)
+    except (UserError, OperandError) as error:
+        _fail(error)
+    typer.echo(f"{choice.source}: {choice.family} {json.dumps(choice.config)}")
+    if choice.tuned_shape:
+        shape = "x".join(map(str, choice.tuned_shape))
+        typer.echo(f"  tuned for {shape} (distance {choice.distance:.2f}) at {_gflops(choice.gflops)} GFLOPS on {choice.device}")
+
+
+@app.command()
+def check(
+    family: str = typer.Option("register", help="Kernel family."),
+    dtype: str = typer.Option("float32", help=DTYPE_HELP),
+    sample: int = typer.Option(20, help="How many feasible configs to compile (the default first)."),
+    cc: str = typer.Option("9.0", help="Target compute capability."),
+    seed: int = typer.Option(0, help="Seed of the sample."),
+):
+    """Compile feasible configs for a GPU on this machine (no GPU needed); show registers, spills, shared memory."""
+    try:
+        from autotune.space import DeviceLimits, compile_check, sample_configs
+
+        target = tuple(int(x) for x in cc.split("."))
+        results = compile_check(family, sample_configs(family, dtype, DeviceLimits(), sample, seed), dtype, DeviceLimits(), target)
+    except (ValueError, RuntimeError) as error:
+        _fail(error)
+    table = Table("config", "registers", "spill bytes", "shared bytes", "verdict")
+    for r in results:
+        res = r.resources or {}
+        config = " ".join(f"{key}={value}" for key, value in r.config.items())
+        table.add_row(
+            config, str(res.get("registers", "")), str(res.get("spill_stores", "")),
+            str(res.get("shared_bytes", "")), "ok" if r.ok else r.error,
+        )
+    Console(width=200).print(table)
+    if not all(r.ok for r in results):
+        raise typer.Exit(1)

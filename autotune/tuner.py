@@ -1,0 +1,286 @@
+"""The Optuna study: suggest -> build -> verify -> time -> record.
+
+One study per (device, dtype, M, N, K), kept in Optuna storage so a rerun resumes it. A config
+the restriction rejects is pruned without compiling; one that fails to compile, launch or verify
+is a failed trial with its reason in the study (user attribute "error") and never reaches the
+cache. At the end the top configs are re-timed with more launches and the winner is written to
+the cache, which keeps it only if it beats the row already there.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import optuna
+from optuna.trial import TrialState
+
+import kernels
+from autotune.cache import Cache
+from autotune.measure import Measurement, device_info, measure, versions
+from autotune.space import FAMILY_NAMES, default_config, device_limits, infeasibility, suggest, trial_params
+
+SAMPLERS = ("tpe", "random", "grid", "gp")
+DEFAULT_FAMILY = "register"  # the built-in default config enqueued first (and runtime's fallback)
+WARM_START_SHAPES = 3
+FINALISTS = 3
+FINAL_LAUNCHES = 50
+MEASURED = (TrialState.COMPLETE, TrialState.FAIL)  # trials that count towards --trials
+PRUNED_PER_TRIAL = 50  # give up if the sampler keeps proposing infeasible configs
+
+
+#: measure(kernel, m, n, k, rng, repeat=...) -> Measurement; tests pass one that replays recorded results
+Measurer = Callable[..., Measurement]
+
+
+class TrialFailed(Exception):
+    """A config that compiled, launched or verified badly: a failed trial, not a failed study."""
+
+
+class TuneError(ValueError):
+    """The tuning request itself is wrong."""
+
+
+@dataclass
+class TuneResult:
+    row: dict | None  # the winner as written to (or offered to) the cache; None if nothing verified
+    written: bool  # False when the cache already held a faster row for this key
+    study_name: str
+    storage: str
+    trials: int  # measured trials in the study, this run's and earlier ones
+    new_trials: int
+    failed: int
+    wall_s: float
+
+
+def study_name(device: str, dtype: str, m: int, n: int, k: int) -> str:
+    return f"mmtune:{device}:{dtype}:{m}x{n}x{k}"
+
+
+def open_storage(storage: str | None, cache: Cache):
+    """An Optuna storage URL as given, or by default a journal file beside the cache: Optuna
+    recommends journal storage over SQLite when several processes share a study."""
+    if storage:
+        return storage, storage
+    from optuna.storages.journal import JournalFileBackend
+
+    path = cache.path.parent / "studies.journal"
+    return optuna.storages.JournalStorage(JournalFileBackend(str(path))), str(path)
+
+
+def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return _sampler(name, seed)
+
+
+def _sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "grid":
+        return optuna.samplers.BruteForceSampler(seed=seed)
+    if name == "gp":
+        try:
+            import torch  # noqa: F401  (GPSampler's own dependency)
+        except ImportError:
+            raise TuneError("the gp sampler needs PyTorch (pip install torch)") from None
+        return optuna.samplers.GPSampler(seed=seed)
+    raise TuneError(f"unknown sampler {name!r}; choose from {', '.join(SAMPLERS)}")
+
+
+def tune(
+    m: int,
+    n: int,
+    k: int,
+    dtype: str = "float32",
+    trials: int = 40,
+    timeout: float | None = None,
+    families: list[str] | None = None,
+    sampler: str = "tpe",
+    storage: str | None = None,
+    seed: int | None = 0,
+    cache_path: Path | str | None = None,
+    show_progress: bool = True,
+    measurer: Measurer = measure,
+) -> TuneResult:
+    """Run or resume the study for (this device, dtype, M, N, K) until it holds `trials` measured
+    trials (or `timeout` seconds pass), then re-time the best and write the winner to the cache."""
+    families = list(families or FAMILY_NAMES)
+    _check_request(m, n, k, dtype, trials, families)
+    started = time.perf_counter()
+    info = device_info()
+    limits = device_limits()
+    cache = Cache(cache_path)
+    storage_obj, storage_name = open_storage(storage, cache)
+    name = study_name(info["device"], dtype, m, n, k)
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # failed trials are reported by us
+    try:
+        study = optuna.create_study(
+            study_name=name, storage=storage_obj, sampler=make_sampler(sampler, seed),
+            direction="maximize", load_if_exists=True,
+        )
+        if not study.trials:
+            study.set_user_attr("shape", [m, n, k])
+            study.set_user_attr("dtype", dtype)
+            _warm_start(study, cache, info["device"], dtype, (m, n, k), families, limits)
+        before = _count(study, MEASURED)
+
+        def objective(trial: optuna.Trial) -> float:
+            family, config = suggest(trial, families, dtype)
+            reason = infeasibility(family, config, dtype, limits)
+            if reason:
+                trial.set_user_attr("infeasible", reason)
+                raise optuna.TrialPruned(reason)
+            rng = np.random.default_rng([seed or 0, trial.number])
+            return _measure_trial(trial, measurer, kernels.build(family, config, dtype), (m, n, k), rng)
+
+        if before < trials:
+            with _Progress(show_progress, before, trials, timeout) as progress:
+                study.optimize(
+                    objective,
+                    n_trials=(trials - before) * PRUNED_PER_TRIAL,
+                    timeout=timeout,
+                    catch=(TrialFailed,),
+                    callbacks=[optuna.study.MaxTrialsCallback(trials, states=MEASURED), progress.update],
+                )
+        row = _finalists_row(study, measurer, (m, n, k), dtype, info, seed)
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+    written = False
+    if row is not None:
+        row.update(trials=_count(study, MEASURED), study=name)
+        written = cache.record(row)
+    after = _count(study, MEASURED)
+    return TuneResult(
+        row=row, written=written, study_name=name, storage=storage_name, trials=after,
+        new_trials=after - before, failed=_count(study, (TrialState.FAIL,)),
+        wall_s=time.perf_counter() - started,
+    )
+
+
+def _check_request(m, n, k, dtype, trials, families) -> None:
+    if min(m, n, k) < 1:
+        raise TuneError(f"M, N and K must be positive, got {m}x{n}x{k}")
+    if dtype not in kernels.DTYPES:
+        raise TuneError(f"unsupported dtype {dtype!r}; supported: {', '.join(kernels.DTYPES)}")
+    if trials < 1:
+        raise TuneError("--trials must be at least 1")
+    unknown = [f for f in families if f not in FAMILY_NAMES]
+    if unknown:
+        raise TuneError(f"unknown kernel family {unknown[0]!r}; known: {', '.join(FAMILY_NAMES)}")
+
+
+def _count(study: optuna.Study, states) -> int:
+    return len(study.get_trials(deepcopy=False, states=states))
+
+
+def _warm_start(study, cache, device, dtype, shape, families, limits) -> None:
+    """Enqueue the cached bests of the nearest tuned shapes, then the built-in default."""
+    candidates = [(row["family"], row["params"]) for _, row in cache.nearest(device, dtype, *shape, WARM_START_SHAPES)]
+    default_family = DEFAULT_FAMILY if DEFAULT_FAMILY in families else families[0]
+    candidates.append((default_family, default_config(default_family)))
+    for family, config in candidates:
+        if family in families and infeasibility(family, config, dtype, limits) is None:
+            study.enqueue_trial(trial_params(family, config), skip_if_exists=True)
+
+
+def _measure_trial(trial, measurer, kernel, shape, rng) -> float:
+    try:
+        result = measurer(kernel, *shape, rng)
+    except Exception as error:  # compile or launch failure: this config's verdict
+        trial.set_user_attr("error", f"{type(error).__name__}: {error}"[:1000])
+        raise TrialFailed(str(error)) from error
+    trial.set_user_attr("compile_s", round(result.compile_s, 3))
+    trial.set_user_attr("verify_error", result.verification.error)
+    if not result.verification.ok:
+        trial.set_user_attr("error", f"wrong result: {result.verification.describe()}")
+        raise TrialFailed(result.verification.describe())
+    trial.set_user_attr("median_ms", result.timing.median_ms)
+    trial.set_user_attr("spread", result.timing.spread)
+    return result.gflops
+
+
+def _finalists_row(study, measurer, shape, dtype, info, seed) -> dict | None:
+    """Re-time the best distinct configs with FINAL_LAUNCHES launches each; the fastest wins."""
+    done = sorted(
+        (t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value is not None),
+        key=lambda t: t.value, reverse=True,
+    )
+    finalists, seen = [], set()
+    for trial in done:
+        family, config = _config_of(trial)
+        key = (family, tuple(sorted(config.items())))
+        if key not in seen:
+            seen.add(key)
+            finalists.append((family, config))
+        if len(finalists) == FINALISTS:
+            break
+    best = None
+    rng = np.random.default_rng([seed or 0, len(study.trials), 1])
+    for family, config in finalists:
+        try:
+            result = measurer(kernels.build(family, config, dtype), *shape, rng, repeat=FINAL_LAUNCHES)
+        except Exception:  # it ran in its trial; if it cannot now, it cannot win
+            continue
+        if result.verification.ok and (best is None or result.gflops > best[2].gflops):
+            best = (family, config, result)
+    if best is None:
+        return None
+    family, config, result = best
+    return {
+        "device": info["device"], "dtype": dtype, "m": shape[0], "n": shape[1], "k": shape[2],
+        "family": family, "params": config, "gflops": result.gflops,
+        "median_ms": result.timing.median_ms, "spread": result.timing.spread,
+        "cc": info["cc"], "driver": info["driver"], **{k: v for k, v in versions().items() if k != "python"},
+        "source_hash": kernels.source_hash(family),
+    }
+
+
+def _config_of(trial) -> tuple[str, dict]:
+    family = trial.params["family"]
+    prefix = f"{family}."
+    return family, {name[len(prefix):]: v for name, v in trial.params.items() if name.startswith(prefix)}
+
+
+class _Progress:
+    """Rich progress: measured trials, the last and best GFLOPS, failures, time left."""
+
+    def __init__(self, enabled: bool, done: int, total: int, timeout: float | None):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.progress = Progress(
+            TextColumn("tuning"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+            TextColumn("{task.fields[status]}"), disable=not enabled,
+        )
+        self.task = self.progress.add_task("tune", total=total, completed=done, status="")
+        self.deadline = time.monotonic() + timeout if timeout else None
+        self.best = 0.0
+        self.failed = 0
+
+    def __enter__(self):
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.progress.__exit__(*exc)
+
+    def update(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        if trial.state not in MEASURED:
+            return
+        if trial.state == TrialState.FAIL:
+            self.failed += 1
+            last = "failed"
+        else:
+            self.best = max(self.best, trial.value)
+            last = f"{trial.value:,.4g}"
+        status = f"last {last}  best {self.best:,.4g} GFLOPS  failed {self.failed}"
+        if self.deadline:
+            status += f"  timeout in {max(0, self.deadline - time.monotonic()):.0f}s"
+        self.progress.update(self.task, advance=1, status=status)

@@ -1,0 +1,82 @@
+import sqlite3
+
+import pytest
+
+from autotune.cache import Cache, CacheError, default_path, shape_distance
+
+ROW = dict(device="GPU", dtype="float32", m=64, n=64, k=64, family="shared", params={"tpb": 16, "pad": 1}, gflops=100.0,
+           median_ms=0.1, spread=0.01, trials=10)
+
+
+def row(**change):
+    return {**ROW, **change}
+
+
+def test_default_path_follows_mmtune_cache(isolated_cache):
+    assert default_path() == isolated_cache
+    assert Cache().path == isolated_cache
+
+
+def test_record_and_read_back_with_params_as_an_object():
+    cache = Cache()
+    assert cache.record(row())
+    got = cache.get("GPU", "float32", 64, 64, 64)
+    assert got["params"] == {"tpb": 16, "pad": 1} and got["gflops"] == 100.0 and got["created"]
+
+
+def test_upsert_keeps_the_faster_row():
+    cache = Cache()
+    cache.record(row())
+    assert not cache.record(row(gflops=90.0, family="naive", params={"block_x": 8, "block_y": 8}))
+    assert cache.get("GPU", "float32", 64, 64, 64)["family"] == "shared"
+    assert cache.record(row(gflops=120.0, family="naive", params={"block_x": 8, "block_y": 8}))
+    got = cache.get("GPU", "float32", 64, 64, 64)
+    assert (got["family"], got["gflops"]) == ("naive", 120.0)
+    assert len(cache.rows()) == 1
+
+
+def test_rows_filter_by_device_dtype_and_shape():
+    cache = Cache()
+    cache.record(row())
+    cache.record(row(dtype="float64"))
+    cache.record(row(m=128))
+    cache.record(row(device="Other"))
+    assert len(cache.rows()) == 4
+    assert len(cache.rows(device="GPU", dtype="float32")) == 2
+    assert [r["m"] for r in cache.rows(shape=(128, 64, 64))] == [128]
+
+
+def test_nearest_ranks_by_log_distance():
+    cache = Cache()
+    for m in (32, 256, 1024):
+        cache.record(row(m=m, n=m, k=m))
+    (d1, first), (d2, second) = cache.nearest("GPU", "float32", 200, 200, 200, count=2)
+    assert (first["m"], second["m"]) == (256, 1024)
+    assert d1 == pytest.approx(shape_distance((200,) * 3, (256,) * 3)) and d1 < d2
+    assert shape_distance((1024, 1024, 1024), (2048, 1024, 1024)) == 1.0
+
+
+def test_rows_lacking_required_fields_are_refused():
+    with pytest.raises(ValueError, match="lacks gflops"):
+        Cache().record(row(gflops=None))
+
+
+def test_uses_wal(isolated_cache):
+    Cache()
+    assert sqlite3.connect(isolated_cache).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_foreign_database_is_refused_and_left_alone(tmp_path):
+    path = tmp_path / "other.db"
+    sqlite3.connect(path).execute("CREATE TABLE invoices (id INTEGER)").connection.commit()
+    before = path.read_bytes()
+    with pytest.raises(CacheError, match="holds other tables \\(invoices\\): not an mmtune cache"):
+        Cache(path)
+    assert path.read_bytes() == before
+
+
+def test_a_corrupt_file_is_refused(tmp_path):
+    path = tmp_path / "junk.db"
+    path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(CacheError, match="is not a usable mmtune cache"):
+        Cache(path)

@@ -1,0 +1,88 @@
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from autotune.cache import Cache
+from autotune.cli import app
+
+runner = CliRunner()
+ROW = dict(device="NVIDIA H200", dtype="float32", m=1024, n=1024, k=1024, family="shared",
+           params={"pad": 1, "tpb": 16}, gflops=6020.5, median_ms=0.3567, spread=0.012, trials=40,
+           cc="9.0", driver="13.0", numba="0.68.0", numba_cuda="0.30.4", source_hash="abc",
+           created="2026-11-22T02:00:00+00:00", study="mmtune:NVIDIA H200:float32:1024x1024x1024")
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def test_tune_then_resume_then_best_in_the_simulator():
+    first = invoke("tune", "--m", 5, "--n", 6, "--k", 7, "--trials", 2, "--family", "shared", "--simulate", "--dtype", "int32")
+    assert first.exit_code == 0, first.output
+    lines = first.stdout.splitlines()
+    assert "best for simulator int32 5x6x7: shared {" in first.stdout
+    assert any(line.startswith("  written to the cache") for line in lines)
+    assert "2 trials (2 new, 0 failed)" in first.stdout
+    again = invoke("tune", "--m", 5, "--n", 6, "--k", 7, "--trials", 2, "--family", "shared", "--simulate", "--dtype", "int32")
+    assert "2 trials (0 new, 0 failed)" in again.stdout
+    rows = json.loads(invoke("best", "--json").stdout)
+    assert [(r["device"], r["dtype"], r["m"], r["n"], r["k"], r["family"]) for r in rows] == [("simulator", "int32", 5, 6, 7, "shared")]
+    assert rows[0]["trials"] == 2
+
+
+def test_best_json_prints_the_rows_exactly():
+    Cache().record(ROW)
+    result = invoke("best", "--json", "--m", 1024, "--n", 1024, "--k", 1024)
+    assert result.exit_code == 0
+    assert json.loads(result.stdout) == [ROW]
+
+
+def test_best_table():
+    Cache().record(ROW)
+    Cache().record({**ROW, "m": 2048, "gflops": 0.5})
+    lines = invoke("best", "--dtype", "float32").stdout.splitlines()
+    assert [c.strip() for c in lines[1].split("┃")[1:-1]] == [
+        "device", "dtype", "M", "N", "K", "family", "params", "GFLOPS", "spread", "trials", "tuned"]
+    body = [[c.strip() for c in line.split("│")[1:-1]] for line in lines[3:5]]
+    assert body == [
+        ["NVIDIA H200", "float32", "1024", "1024", "1024", "shared", "pad=1 tpb=16", "6,020", "1.2%", "40", "2026-11-22"],
+        ["NVIDIA H200", "float32", "2048", "1024", "1024", "shared", "pad=1 tpb=16", "0.5", "1.2%", "40", "2026-11-22"],
+    ]
+
+
+def test_best_of_an_empty_cache_is_an_empty_list():
+    assert json.loads(invoke("best", "--json").stdout) == []
+
+
+def test_lookup_in_the_simulator():
+    result = invoke("lookup", "--m", 8, "--n", 8, "--k", 8, "--simulate")
+    assert result.exit_code == 0
+    assert result.stdout.startswith('default: register {"bm": 64')
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (("tune", "--m", 0, "--n", 4, "--k", 4, "--simulate"), "error: M, N and K must be positive, got 0x4x4\n"),
+        (("tune", "--m", 4, "--n", 4, "--k", 4, "--dtype", "float16", "--simulate"), "error: unsupported dtype 'float16'; supported: float32, float64, int32\n"),
+        (("tune", "--m", 4, "--n", 4, "--k", 4, "--family", "cublas", "--simulate"), "error: unknown kernel family 'cublas'; known: naive, shared, register\n"),
+        (("best", "--m", 4), "error: give all of --m, --n and --k, or none\n"),
+        (("lookup", "--m", 4, "--n", 4, "--k", 4, "--dtype", "bool"), "error: unsupported dtype bool; supported: float32, float64, int32\n"),
+        (("check", "--family", "naive", "--sample", 1), "error: compiling to PTX needs numba-cuda without NUMBA_ENABLE_CUDASIM\n"),
+    ],
+)
+def test_user_mistakes_are_one_line_on_stderr(args, message):
+    result = invoke(*args)
+    assert result.exit_code == 2
+    assert result.stderr == message
+    assert "Traceback" not in result.output
+
+
+def test_a_corrupt_cache_is_reported_not_overwritten(isolated_cache):
+    isolated_cache.parent.mkdir(parents=True)
+    isolated_cache.write_bytes(b"garbage" * 500)
+    result = invoke("best")
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: {isolated_cache} is not a usable mmtune cache")
+    assert isolated_cache.read_bytes() == b"garbage" * 500

@@ -1,0 +1,52 @@
+"""Every family's configs that the restriction function accepts compile for sm_90 on the CPU.
+
+Compiling needs real numba-cuda (NVVM + nvJitLink from the cu13 wheels), not the simulator the
+rest of the suite runs under, so the check runs in a child process with the simulator off.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import kernels
+
+SAMPLES = {"naive": 4, "shared": 9, "register": 10}  # shared: its whole space
+CHILD = """
+import json, sys
+from autotune.space import DeviceLimits, compile_check, sample_configs
+family, dtype, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+configs = sample_configs(family, dtype, DeviceLimits(), count, seed=hash((family, dtype)) % 1000)
+for result in compile_check(family, configs, dtype, DeviceLimits()):
+    print(json.dumps({"config": result.config, "resources": result.resources, "error": result.error}))
+"""
+
+
+def compile_in_child(family: str, dtype: str, count: int) -> list[dict]:
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env["PYTHONHASHSEED"] = "0"
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, family, dtype, str(count)],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+@pytest.mark.parametrize("dtype", list(kernels.DTYPES))
+@pytest.mark.parametrize("family", list(kernels.FAMILIES))
+def test_accepted_configs_compile_for_sm90(family, dtype):
+    results = compile_in_child(family, dtype, SAMPLES[family])
+    assert len(results) == SAMPLES[family]
+    failures = [r for r in results if r["error"]]
+    assert not failures, failures
+    for r in results:
+        res = r["resources"]
+        assert 0 < res["registers"] <= 255
+        if family == "naive":
+            assert res["shared_bytes"] == 0
+        else:
+            expected = kernels.family(family).shared_bytes(r["config"], dtype)
+            assert res["shared_bytes"] == expected, (r["config"], res)

@@ -1,0 +1,149 @@
+import json
+
+import numpy as np
+import pytest
+from conftest import ON_GPU
+from numba import cuda
+
+import autotune
+from autotune import runtime
+from autotune.cache import Cache
+from autotune.measure import random_inputs, reference, relative_error
+from kernels import OperandError
+
+DEVICE = runtime._device()
+SMALL = {"bm": 16, "bn": 32, "bk": 8, "tm": 2, "tn": 4, "pad": 1, "mapping": "strided", "prefetch": True}
+
+
+def tuned(m, n, k, dtype="float32", family="register", params=SMALL, gflops=1.0):
+    Cache().record(dict(device=DEVICE, dtype=dtype, m=m, n=n, k=k, family=family, params=params, gflops=gflops))
+    runtime.clear()
+
+
+def check(C, A, B):
+    ref = reference(A, B)
+    if A.dtype.kind == "i":
+        np.testing.assert_array_equal(C, ref)
+    else:
+        assert relative_error(C, ref) < 1e-5
+
+
+def test_lookup_says_exact_nearest_or_default():
+    assert autotune.lookup(20, 30, 40).source == "default"
+    tuned(20, 30, 40)
+    exact = autotune.lookup(20, 30, 40)
+    assert (exact.source, exact.family, exact.config, exact.distance) == ("exact", "register", SMALL, 0.0)
+    near = autotune.lookup(40, 30, 40)
+    assert (near.source, near.tuned_shape, near.distance) == ("nearest", (20, 30, 40), 1.0)
+    assert autotune.lookup(20 * 16, 30, 40).source == "default"  # too far: 16x along M is distance 4
+    assert autotune.lookup(20, 30, 40, "float64").source == "default"  # other dtype
+
+
+def test_lookup_is_memoized_until_cleared():
+    first = autotune.lookup(8, 8, 8)
+    tuned(8, 8, 8)
+    assert autotune.lookup(8, 8, 8) is not first
+    assert autotune.lookup(8, 8, 8) is autotune.lookup(8, 8, 8)
+
+
+def test_shipped_records_are_the_fallback(tmp_path, monkeypatch):
+    (tmp_path / "somegpu").mkdir()
+    record = dict(device=DEVICE, dtype="float32", m=64, n=64, k=64, family="shared", params={"tpb": 8, "pad": 0}, gflops=9.0)
+    (tmp_path / "somegpu" / "records.json").write_text(json.dumps([record, {**record, "device": "Another GPU"}]))
+    monkeypatch.setattr(runtime, "SHIPPED_DIR", tmp_path)
+    choice = autotune.lookup(64, 64, 32)
+    assert (choice.source, choice.family, choice.gflops) == ("shipped", "shared", 9.0)
+    tuned(64, 64, 32)
+    assert autotune.lookup(64, 64, 32).source == "exact"
+
+
+def test_rows_that_no_longer_fit_their_family_are_skipped_with_a_warning():
+    tuned(16, 16, 16, params={**SMALL, "bm": 48})
+    with pytest.warns(UserWarning, match="bm=48 is not one of"):
+        assert autotune.lookup(16, 16, 16).source == "default"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32"])
+def test_matmul_numpy_in_numpy_out_after_tuning(dtype, rng):
+    tuned(19, 23, 17, dtype)
+    A, B = random_inputs(19, 23, 17, dtype, rng)
+    C = autotune.matmul(A, B)
+    assert isinstance(C, np.ndarray) and C.dtype == A.dtype
+    check(C, A, B)
+    assert runtime.kernel_for(autotune.lookup(19, 23, 17, dtype), dtype).config == SMALL
+
+
+def test_matmul_device_arrays_stay_on_the_device(rng):
+    tuned(9, 11, 13)
+    A, B = random_inputs(9, 11, 13, "float32", rng)
+    dC = autotune.matmul(cuda.to_device(A), cuda.to_device(B))
+    assert cuda.devicearray.is_cuda_ndarray(dC)
+    check(dC.copy_to_host(), A, B)
+
+
+def test_out_is_reused(rng):
+    tuned(9, 11, 13)
+    A, B = random_inputs(9, 11, 13, "float32", rng)
+    out = np.empty((9, 11), np.float32)
+    assert autotune.matmul(A, B, out=out) is out
+    check(out, A, B)
+    d_out = cuda.device_array((9, 11), np.float32)
+    assert autotune.matmul(cuda.to_device(A), cuda.to_device(B), out=d_out) is d_out
+    check(d_out.copy_to_host(), A, B)
+
+
+def test_non_contiguous_numpy_inputs_are_copied(rng):
+    tuned(7, 5, 6)
+    wide, tall = random_inputs(7, 6, 12, "float32", rng)  # 7x12 and 12x6
+    A, B = wide[:, ::2], tall[:5].T  # 7x6 strided, 6x5 Fortran-ordered
+    assert not A.flags.c_contiguous and not B.flags.c_contiguous
+    check(autotune.matmul(A, B), A, B)
+
+
+def test_kernels_are_built_once(rng):
+    tuned(9, 11, 13)
+    A, B = random_inputs(9, 11, 13, "float32", rng)
+    autotune.matmul(A, B)
+    kernel = runtime.kernel_for(autotune.lookup(9, 11, 13), "float32")
+    autotune.matmul(A, B)
+    assert runtime.kernel_for(autotune.lookup(9, 11, 13), "float32") is kernel
+
+
+@pytest.mark.parametrize(
+    "A,B,message",
+    [
+        (np.ones((3, 4), np.float32), np.ones((5, 2), np.float32), "inner dimensions differ: A is 3x4, B is 5x2"),
+        (np.ones(4, np.float32), np.ones((4, 2), np.float32), "A must be 2-D"),
+        (np.ones((2, 2), np.float32), np.ones((2, 2), np.float64), "A and B differ in dtype"),
+        (np.ones((2, 2), np.float16), np.ones((2, 2), np.float16), "unsupported dtype float16"),
+        (np.ones((2, 2), np.float32), [[1.0, 2.0], [3.0, 4.0]], "both be NumPy arrays or both be device arrays"),
+        ([[1.0]], [[1.0]], "A is a list: expected a NumPy array or a CUDA device array"),
+    ],
+)
+def test_bad_operands_get_clear_errors(A, B, message):
+    with pytest.raises(OperandError, match=message):
+        autotune.matmul(A, B)
+
+
+def test_out_of_the_wrong_shape_is_refused():
+    with pytest.raises(OperandError, match="out must be a 2x3 NumPy array of float32"):
+        autotune.matmul(np.ones((2, 4), np.float32), np.ones((4, 3), np.float32), out=np.empty((3, 2), np.float32))
+
+
+def test_non_contiguous_device_arrays_are_refused():
+    dA = cuda.to_device(np.ones((4, 4), np.float32))
+    with pytest.raises(OperandError, match="A is not C-contiguous"):
+        autotune.matmul(dA[:, ::2], cuda.to_device(np.ones((2, 3), np.float32)))
+
+
+@pytest.mark.skipif(not ON_GPU, reason="CuPy and PyTorch need a GPU")
+def test_cuda_array_interface_objects_come_back_as_their_kind(rng):
+    cupy = pytest.importorskip("cupy")
+    torch = pytest.importorskip("torch")
+    A, B = random_inputs(65, 33, 17, "float32", rng)
+    C = autotune.matmul(cupy.asarray(A), cupy.asarray(B))
+    assert isinstance(C, cupy.ndarray)
+    check(cupy.asnumpy(C), A, B)
+    T = autotune.matmul(torch.from_numpy(A).cuda(), torch.from_numpy(B).cuda())
+    assert isinstance(T, torch.Tensor) and T.is_cuda
+    check(T.cpu().numpy(), A, B)

@@ -1,0 +1,101 @@
+import optuna
+import pytest
+
+import kernels
+from autotune.space import (
+    DeviceLimits,
+    default_config,
+    feasible_configs,
+    infeasibility,
+    sample_configs,
+    suggest,
+    trial_params,
+)
+from kernels.resources import parse_report
+
+LIMITS = DeviceLimits()
+REG = dict(kernels.register.DEFAULT)
+
+
+@pytest.mark.parametrize("dtype", list(kernels.DTYPES))
+@pytest.mark.parametrize("family", list(kernels.FAMILIES))
+def test_defaults_are_feasible_everywhere(family, dtype):
+    assert infeasibility(family, default_config(family), dtype, LIMITS) is None
+
+
+@pytest.mark.parametrize(
+    "family,change,dtype,reason",
+    [
+        ("naive", {"block_x": 256, "block_y": 8}, "float32", "2048 threads per block > 1024"),
+        ("shared", {"tpb": 64}, "float32", "64 is not one of"),
+        ("register", {"bm": 16, "tm": 4, "bn": 16, "tn": 4}, "float32", "16 threads per block is less than one warp"),
+        ("register", {"bm": 64, "tm": 16, "tn": 8}, "float32", "128 elements per thread > 64"),
+        ("register", {"bm": 256, "bn": 256, "bk": 32, "tm": 8, "tn": 8}, "float32", "bytes of shared memory > 49152"),
+        ("register", {"bm": 256, "bn": 256, "bk": 8, "tm": 8, "tn": 8}, "float64", "a block of 1024 threads leaves 64"),
+        ("register", {"colour": "red"}, "float32", "parameters ['colour'] do not match"),
+    ],
+)
+def test_infeasible_configs_say_why(family, change, dtype, reason):
+    config = {**default_config(family), **change}
+    assert reason in infeasibility(family, config, dtype, LIMITS)
+
+
+def test_register_tile_must_divide_the_block_tile():
+    config = {**REG, "bm": 24, "tm": 16}  # bm outside SPACE: the restriction alone must catch it
+    assert "register tile 16x4 does not divide block tile 24x64" in kernels.register.restrict(config, "float32", LIMITS)
+
+
+def test_limits_cut_the_space():
+    small = DeviceLimits(max_threads_per_block=256, max_shared_per_block=8 * 1024)
+    full = feasible_configs("register", "float32", LIMITS)
+    cut = feasible_configs("register", "float32", small)
+    assert 0 < len(cut) < len(full)
+    assert all(infeasibility("register", c, "float32", small) is None for c in cut)
+    assert {"tpb": 32, "pad": 0} not in feasible_configs("shared", "float32", small)
+
+
+def test_float64_space_is_smaller_than_float32():
+    assert len(feasible_configs("register", "float64", LIMITS)) < len(feasible_configs("register", "float32", LIMITS))
+
+
+def test_sample_configs_are_distinct_feasible_and_start_with_the_default():
+    sample = sample_configs("register", "float32", LIMITS, 20, seed=3)
+    assert sample[0] == REG
+    assert len({tuple(sorted(c.items())) for c in sample}) == 20
+    assert sample == sample_configs("register", "float32", LIMITS, 20, seed=3)
+
+
+def test_suggest_reads_back_an_enqueued_config():
+    study = optuna.create_study(direction="maximize")
+    config = {**REG, "bk": 16, "mapping": "contiguous"}
+    study.enqueue_trial(trial_params("register", config))
+    trial = study.ask()
+    assert suggest(trial, ["naive", "register"], "float32") == ("register", config)
+
+
+def test_suggest_draws_from_the_families_given():
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    families = {suggest(study.ask(), ["shared"], "float32")[0] for _ in range(5)}
+    assert families == {"shared"}
+
+
+REPORT = """
+ptxas info    : Compiling entry function '_Z6kernel' for 'sm_90'
+ptxas info    : Function properties for _Z6kernel
+ptxas         .     8 bytes stack frame, 12 bytes spill stores, 16 bytes spill loads
+ptxas info    : Used 168 registers, used 1 barriers, 8 bytes cumulative stack size
+info    : used 168 registers, used 1 barriers, 8 stack, 9472 bytes smem, 744 bytes cmem[0], 0 bytes lmem
+"""
+
+
+def test_parse_report_reads_the_assembler_lines():
+    res = parse_report(REPORT)
+    assert (res.registers, res.spill_stores, res.spill_loads, res.stack_bytes) == (168, 12, 16, 8)
+    assert res.shared_bytes == 9472 - 1024  # without the system's per-block reserve
+    assert res.problem(256, LIMITS) is None
+    assert res.problem(512, LIMITS) == "168 registers x 512 threads > 65536"
+
+
+def test_parse_report_refuses_a_log_without_the_numbers():
+    with pytest.raises(ValueError, match="in the assembler's report"):
+        parse_report("ptxas fatal: something else")
