@@ -70,7 +70,7 @@ def random_inputs(m: int, n: int, k: int, dtype: str, rng: np.random.Generator):
             rng.integers(-INT_RANGE, INT_RANGE + 1, (m, k)).astype(np_dtype),
             rng.integers(-INT_RANGE, INT_RANGE + 1, (k, n)).astype(np_dtype),
         )
-    return rng.standard_normal((m, k)).astype(np_dtype), rng.standard_normal((k, n)).astype(np_dtype)
+    return rng.standard_normal((m, k), dtype=np_dtype), rng.standard_normal((k, n), dtype=np_dtype)
 
 
 def reference(A: np.ndarray, B: np.ndarray) -> np.ndarray:

@@ -15,15 +15,20 @@ import json
 import warnings
 from dataclasses import dataclass
 from functools import cache
+from typing import Callable
 from pathlib import Path
 
 import numpy as np
+
+from numba import cuda
 
 import kernels
 from autotune.cache import Cache, CacheError, nearest_rows
 from autotune.measure import device_info
 from autotune.space import DeviceLimits, default_config, infeasibility
-from kernels import DTYPES, Kernel, OperandError
+from kernels import DTYPES, Kernel, OperandError, check_operands
+
+is_cuda_ndarray = cuda.devicearray.is_cuda_ndarray  # the simulator's, under the simulator
 
 NEAREST_MAX_DISTANCE = 3.0  # e.g. 8x along one dimension, or 2x along all three
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "studies"
@@ -41,14 +46,25 @@ class Choice:
     gflops: float | None = None  # as measured when tuned
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What a device-array call of a given (A.shape, B.shape, dtypes) needs, validated once."""
+
+    shape: tuple[int, int]  # of C
+    dtype: np.dtype
+    launch: Callable  # the configured kernel: launch(A, B, C)
+
+
 _choices: dict[tuple, Choice] = {}
 _kernels: dict[tuple, Kernel] = {}
+_plans: dict[tuple, _Plan] = {}
 
 
 def clear() -> None:
     """Forget memoized lookups (e.g. after tuning in this process) and built kernels."""
     _choices.clear()
     _kernels.clear()
+    _plans.clear()
     _device.cache_clear()
 
 
@@ -121,22 +137,35 @@ def matmul(A, B, out=None):
     """C = A @ B with the tuned kernel. A and B: NumPy arrays (copied to the GPU and back), or
     device arrays (Numba, or anything with __cuda_array_interface__ such as CuPy and PyTorch),
     used in place. Returns the same kind as A; `out`, if given, receives C and is returned."""
-    from numba import cuda
-
     if isinstance(A, np.ndarray) or isinstance(B, np.ndarray):
         if not (isinstance(A, np.ndarray) and isinstance(B, np.ndarray)):
             raise OperandError("A and B must both be NumPy arrays or both be device arrays")
-        return _host_matmul(A, B, out, cuda)
-    dA, dB = _device_view(A, "A", cuda), _device_view(B, "B", cuda)
-    m, n, k, dtype = _product_shape(dA, dB)
+        return _host_matmul(A, B, out)
+    # The hot path: a repeated shape costs two dict lookups and a few attribute reads.
+    dA = A if is_cuda_ndarray(A) else _device_view(A, "A")
+    dB = B if is_cuda_ndarray(B) else _device_view(B, "B")
+    key = (dA.shape, dB.shape, dA.dtype, dB.dtype)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans[key] = _plan(dA, dB)
     if out is None:
-        out = _empty_like(A, (m, n), dA.dtype, cuda)
-    dC = _device_view(out, "out", cuda)
-    kernel_for(lookup(m, n, k, dtype), dtype)(dA, dB, dC)
+        out = _empty_like(A, plan.shape, plan.dtype)
+    dC = out if is_cuda_ndarray(out) else _device_view(out, "out")
+    if dC.shape != plan.shape or dC.dtype != plan.dtype:
+        raise OperandError(f"out must be a {plan.shape[0]}x{plan.shape[1]} device array of {plan.dtype}")
+    if not (dA.is_c_contiguous() and dB.is_c_contiguous() and dC.is_c_contiguous()):
+        check_operands(dA, dB, dC, plan.dtype.name)  # names the culprit
+    plan.launch(dA, dB, dC)
     return out
 
 
-def _host_matmul(A: np.ndarray, B: np.ndarray, out, cuda):
+def _plan(dA, dB) -> _Plan:
+    m, n, k, dtype = _product_shape(dA, dB)
+    kernel = kernel_for(lookup(m, n, k, dtype), dtype)
+    return _Plan((m, n), np.dtype(dtype), kernel.launcher(m, n))
+
+
+def _host_matmul(A: np.ndarray, B: np.ndarray, out):
     m, n, k, dtype = _product_shape(A, B)
     if out is not None and (not isinstance(out, np.ndarray) or out.shape != (m, n) or out.dtype != A.dtype):
         raise OperandError(f"out must be a {m}x{n} NumPy array of {dtype}")
@@ -167,15 +196,13 @@ def _product_shape(A, B) -> tuple[int, int, int, str]:
     return m, n, k, dtype
 
 
-def _device_view(x, name: str, cuda):
-    if cuda.devicearray.is_cuda_ndarray(x):
-        return x
+def _device_view(x, name: str):
     if hasattr(x, "__cuda_array_interface__") and hasattr(cuda, "as_cuda_array"):  # not in the simulator
         return cuda.as_cuda_array(x)
     raise OperandError(f"{name} is a {type(x).__name__}: expected a NumPy array or a CUDA device array")
 
 
-def _empty_like(A, shape, dtype, cuda):
+def _empty_like(A, shape, dtype):
     """A new device array of the same kind as A (CuPy, PyTorch, else Numba)."""
     module = type(A).__module__.split(".")[0]
     if module == "cupy":

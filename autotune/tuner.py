@@ -22,15 +22,23 @@ from optuna.trial import TrialState
 import kernels
 from autotune.cache import Cache
 from autotune.measure import Measurement, device_info, measure, versions
-from autotune.space import FAMILY_NAMES, default_config, device_limits, infeasibility, suggest, trial_params
+from autotune.space import (
+    FAMILY_NAMES,
+    default_config,
+    device_limits,
+    feasible_configs,
+    infeasibility,
+    suggest,
+    trial_params,
+)
 
 SAMPLERS = ("tpe", "random", "grid", "gp")
 DEFAULT_FAMILY = "register"  # the built-in default config enqueued first (and runtime's fallback)
 WARM_START_SHAPES = 3
 FINALISTS = 3
 FINAL_LAUNCHES = 50
-MEASURED = (TrialState.COMPLETE, TrialState.FAIL)  # trials that count towards --trials
-PRUNED_PER_TRIAL = 50  # give up if the sampler keeps proposing infeasible configs
+MEASURED = (TrialState.COMPLETE, TrialState.FAIL)
+PROPOSALS_PER_TRIAL = 50  # give up if the sampler keeps proposing infeasible or measured configs
 
 
 #: measure(kernel, m, n, k, rng, repeat=...) -> Measurement; tests pass one that replays recorded results
@@ -130,7 +138,8 @@ def tune(
             study.set_user_attr("shape", [m, n, k])
             study.set_user_attr("dtype", dtype)
             _warm_start(study, cache, info["device"], dtype, (m, n, k), families, limits)
-        before = _count(study, MEASURED)
+        before = len(measured_trials(study))
+        goal = min(trials, sum(len(feasible_configs(f, dtype, limits)) for f in families))
 
         def objective(trial: optuna.Trial) -> float:
             family, config = suggest(trial, families, dtype)
@@ -138,29 +147,35 @@ def tune(
             if reason:
                 trial.set_user_attr("infeasible", reason)
                 raise optuna.TrialPruned(reason)
+            earlier = _same_params(study, trial)
+            if earlier is not None:  # samplers re-propose: answer from the record, don't re-measure
+                trial.set_user_attr("repeat_of", earlier.number)
+                if earlier.state == TrialState.FAIL:
+                    raise TrialFailed(earlier.user_attrs.get("error", "failed before"))
+                return earlier.value
             rng = np.random.default_rng([seed or 0, trial.number])
             return _measure_trial(trial, measurer, kernels.build(family, config, dtype), (m, n, k), rng)
 
-        if before < trials:
-            with _Progress(show_progress, before, trials, timeout) as progress:
+        if before < goal:
+            with _Progress(show_progress, before, goal, timeout) as progress:
                 study.optimize(
                     objective,
-                    n_trials=(trials - before) * PRUNED_PER_TRIAL,
+                    n_trials=(goal - before) * PROPOSALS_PER_TRIAL,
                     timeout=timeout,
                     catch=(TrialFailed,),
-                    callbacks=[optuna.study.MaxTrialsCallback(trials, states=MEASURED), progress.update],
+                    callbacks=[progress.update, _StopAt(goal)],
                 )
         row = _finalists_row(study, measurer, (m, n, k), dtype, info, seed)
     finally:
         optuna.logging.set_verbosity(verbosity)
+    measured = measured_trials(study)
     written = False
     if row is not None:
-        row.update(trials=_count(study, MEASURED), study=name)
+        row.update(trials=len(measured), study=name)
         written = cache.record(row)
-    after = _count(study, MEASURED)
     return TuneResult(
-        row=row, written=written, study_name=name, storage=storage_name, trials=after,
-        new_trials=after - before, failed=_count(study, (TrialState.FAIL,)),
+        row=row, written=written, study_name=name, storage=storage_name, trials=len(measured),
+        new_trials=len(measured) - before, failed=sum(t.state == TrialState.FAIL for t in measured),
         wall_s=time.perf_counter() - started,
     )
 
@@ -177,8 +192,27 @@ def _check_request(m, n, k, dtype, trials, families) -> None:
         raise TuneError(f"unknown kernel family {unknown[0]!r}; known: {', '.join(FAMILY_NAMES)}")
 
 
-def _count(study: optuna.Study, states) -> int:
-    return len(study.get_trials(deepcopy=False, states=states))
+def measured_trials(study: optuna.Study) -> list:
+    """Trials that ran a config for the first time (complete or failed): what --trials counts."""
+    return [t for t in study.get_trials(deepcopy=False, states=MEASURED) if "repeat_of" not in t.user_attrs]
+
+
+def _same_params(study: optuna.Study, trial: optuna.Trial):
+    for earlier in measured_trials(study):
+        if earlier.params == trial.params:
+            return earlier
+    return None
+
+
+class _StopAt:
+    """Stop the study once it holds `goal` measured trials."""
+
+    def __init__(self, goal: int):
+        self.goal = goal
+
+    def __call__(self, study: optuna.Study, trial) -> None:
+        if len(measured_trials(study)) >= self.goal:
+            study.stop()
 
 
 def _warm_start(study, cache, device, dtype, shape, families, limits) -> None:
@@ -272,7 +306,7 @@ class _Progress:
         return self.progress.__exit__(*exc)
 
     def update(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        if trial.state not in MEASURED:
+        if trial.state not in MEASURED or "repeat_of" in trial.user_attrs:
             return
         if trial.state == TrialState.FAIL:
             self.failed += 1

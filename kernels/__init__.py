@@ -11,10 +11,10 @@ import inspect
 from functools import cache
 from types import ModuleType
 
-from . import base, naive, register, shared
+from . import base, naive, register, shared, vector
 from .base import DTYPES, DeviceLimits, Kernel, OperandError, check_operands
 
-FAMILIES: dict[str, ModuleType] = {"naive": naive, "shared": shared, "register": register}
+FAMILIES: dict[str, ModuleType] = {"naive": naive, "shared": shared, "register": register, "vector": vector}
 
 
 def family(name: str) -> ModuleType:

@@ -111,16 +111,23 @@ class Kernel:
             self._dispatcher = cuda.jit(self.signature, **options)(self.py_func)
         return self._dispatcher
 
+    def launcher(self, m: int, n: int, stream=0) -> Callable:
+        """f(A, B, C) launching on an M x N output; configure once, call many times."""
+        if m == 0 or n == 0:
+            return _nothing
+        return self.compile()[self.grid(m, n), self.block, stream]
+
     def launch(self, A, B, C, stream=0) -> None:
         """Launch on operands already checked by the caller (see check_operands)."""
-        m, n = C.shape
-        if m == 0 or n == 0:
-            return
-        self.compile()[self.grid(m, n), self.block, stream](A, B, C)
+        self.launcher(*C.shape, stream)(A, B, C)
 
     def __call__(self, A, B, C, stream=0) -> None:
         check_operands(A, B, C, self.dtype)
         self.launch(A, B, C, stream)
+
+
+def _nothing(*args) -> None:
+    """An empty C needs no launch (and CUDA refuses a zero-sized grid)."""
 
 
 def check_operands(A, B, C, dtype: str) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from numba import cuda
 
 from .base import DeviceLimits, Kernel, itemsize, numba_type, registers_per_value
+from .tiles import loads_per_thread, tile_movers
 
 SPACE = {
     "bm": [16, 32, 64, 128, 256],
@@ -46,8 +47,7 @@ def _threads(config: dict) -> int:
 
 
 def _loads_per_thread(config: dict) -> tuple[int, int]:
-    threads = _threads(config)
-    return (-(-config["bm"] * config["bk"] // threads), -(-config["bk"] * config["bn"] // threads))
+    return loads_per_thread(config["bm"], config["bn"], config["bk"], _threads(config))
 
 
 def shared_bytes(config: dict, dtype: str) -> int:
@@ -89,9 +89,7 @@ def build(config: dict, dtype: str) -> Kernel:
     PREFETCH = bool(config["prefetch"])
     TX, TY = BN // TN, BM // TM  # threads along the columns and rows of the tile
     THREADS = TX * TY
-    A_TILE, B_TILE = BM * BK, BK * BN
     A_LOADS, B_LOADS = _loads_per_thread(config)
-    A_EVEN, B_EVEN = A_TILE % THREADS == 0, B_TILE % THREADS == 0
     STRIDED = config["mapping"] == "strided"
     ROW_STEP = TY if STRIDED else 1  # distance between a thread's rows of C
     COL_STEP = TX if STRIDED else 1
@@ -100,39 +98,7 @@ def build(config: dict, dtype: str) -> Kernel:
     ACC_SHAPE = (TM, TN)
     elem_t = numba_type(dtype)
 
-    @cuda.jit(device=True)
-    def fetch(A, B, k0, row0, col0, tid, a_next, b_next):
-        """Read this thread's share of the A and B tiles at k0 from global memory (0 off the edge)."""
-        M, K = A.shape
-        N = B.shape[1]
-        for i in range(A_LOADS):
-            idx = tid + i * THREADS
-            r = row0 + idx // BK
-            c = k0 + idx % BK
-            v = elem_t(0)
-            if (A_EVEN or idx < A_TILE) and r < M and c < K:
-                v = A[r, c]
-            a_next[i] = v
-        for i in range(B_LOADS):
-            idx = tid + i * THREADS
-            r = k0 + idx // BN
-            c = col0 + idx % BN
-            v = elem_t(0)
-            if (B_EVEN or idx < B_TILE) and r < K and c < N:
-                v = B[r, c]
-            b_next[i] = v
-
-    @cuda.jit(device=True)
-    def stash(sA, sB, tid, a_next, b_next):
-        """Write the fetched values to shared memory, A transposed."""
-        for i in range(A_LOADS):
-            idx = tid + i * THREADS
-            if A_EVEN or idx < A_TILE:
-                sA[idx % BK, idx // BK] = a_next[i]
-        for i in range(B_LOADS):
-            idx = tid + i * THREADS
-            if B_EVEN or idx < B_TILE:
-                sB[idx // BN, idx % BN] = b_next[i]
+    fetch, stash = tile_movers(BM, BN, BK, THREADS, elem_t)
 
     @cuda.jit(device=True)
     def multiply_tile(sA, sB, row_base, col_base, a_frag, b_frag, acc):

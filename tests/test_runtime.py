@@ -147,3 +147,15 @@ def test_cuda_array_interface_objects_come_back_as_their_kind(rng):
     T = autotune.matmul(torch.from_numpy(A).cuda(), torch.from_numpy(B).cuda())
     assert isinstance(T, torch.Tensor) and T.is_cuda
     check(T.cpu().numpy(), A, B)
+
+
+def test_device_out_of_the_wrong_shape_is_refused():
+    dA, dB = cuda.to_device(np.ones((2, 4), np.float32)), cuda.to_device(np.ones((4, 3), np.float32))
+    with pytest.raises(OperandError, match="out must be a 2x3 device array of float32"):
+        autotune.matmul(dA, dB, out=cuda.device_array((3, 2), np.float32))
+
+
+def test_empty_products(rng):
+    C = autotune.matmul(cuda.to_device(np.ones((0, 4), np.float32)), cuda.to_device(np.ones((4, 3), np.float32)))
+    assert C.shape == (0, 3)
+    np.testing.assert_array_equal(autotune.matmul(np.ones((2, 0), np.float32), np.ones((0, 3), np.float32)), np.zeros((2, 3)))

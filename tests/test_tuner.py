@@ -142,3 +142,13 @@ def test_a_real_simulated_tune():
     assert result.trials == 2 and result.row["family"] == "shared" and result.written
     study = load(result)
     assert all(t.user_attrs["verify_error"] < 1e-12 for t in study.trials)
+
+
+def test_repeated_proposals_are_not_remeasured_and_a_small_space_ends_the_search():
+    replay = Replay()
+    result = run(replay, trials=40, families=["shared"], sampler="tpe")
+    assert result.trials == 9  # the whole shared space: 3 tile sizes x 3 paddings
+    searched = replay.calls[:9]
+    assert len(set(searched)) == 9 and len(replay.calls) == 9 + FINALISTS
+    repeats = [t for t in load(result).trials if "repeat_of" in t.user_attrs]
+    assert all(t.value == load(result).trials[t.user_attrs["repeat_of"]].value for t in repeats)

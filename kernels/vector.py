@@ -1,0 +1,150 @@
+"""Register tiling with 16-byte shared-memory loads and optionally double-buffered shared tiles.
+
+Like `register` with the strided mapping and prefetching, but a thread's TM rows (and TN columns)
+come in groups of VEC adjacent ones (VEC = 16 bytes / element: 4 floats or ints, 2 doubles), each
+group read from shared memory with one vector load (kernels.intrinsics): (TM + TN) / VEC loads per
+k instead of TM + TN. Groups are TY*VEC rows apart, so a warp's loads are adjacent 16-byte words
+(conflict-free) and its stores to C cover whole segments. Parameters:
+  bm, bn, bk   block tile;  tm, tn   register tile (multiples of 4)
+  pad          extra columns per shared row (0 or 4, keeping rows 16-byte aligned)
+  stages       2: two shared tiles, the next written while the current is read, one barrier per
+               k-step; 1: one tile, two barriers per k-step
+"""
+
+from __future__ import annotations
+
+from numba import cuda
+
+from .base import DeviceLimits, Kernel, itemsize, numba_type, registers_per_value
+from .intrinsics import SHARED_ALIGNMENT, vector_load, vector_width
+from .register import OVERHEAD_REGISTERS
+from .tiles import loads_per_thread, tile_movers
+
+SPACE = {
+    "bm": [32, 64, 128, 256],
+    "bn": [32, 64, 128, 256],
+    "bk": [8, 16, 32],
+    "tm": [4, 8, 16],
+    "tn": [4, 8, 16],
+    "pad": [0, 4],
+    "stages": [1, 2],
+}
+DEFAULT = {"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 8, "pad": 4, "stages": 2}
+MAX_ELEMENTS_PER_THREAD = 64
+
+
+def _threads(config: dict) -> int:
+    return (config["bm"] // config["tm"]) * (config["bn"] // config["tn"])
+
+
+def shared_bytes(config: dict, dtype: str) -> int:
+    words = config["stages"] * config["bk"] * (config["bm"] + config["bn"] + 2 * config["pad"])
+    return words * itemsize(dtype)
+
+
+def estimated_registers(config: dict, dtype: str) -> int:
+    loads = loads_per_thread(config["bm"], config["bn"], config["bk"], _threads(config))
+    values = config["tm"] * config["tn"] + config["tm"] + config["tn"] + sum(loads)
+    return values * registers_per_value(dtype) + OVERHEAD_REGISTERS
+
+
+def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
+    tm, tn = config["tm"], config["tn"]
+    if tm * tn > MAX_ELEMENTS_PER_THREAD:
+        return f"{tm * tn} elements per thread > {MAX_ELEMENTS_PER_THREAD}"
+    if config["bm"] % tm or config["bn"] % tn:
+        return f"register tile {tm}x{tn} does not divide block tile {config['bm']}x{config['bn']}"
+    threads = _threads(config)
+    if threads < 32:
+        return f"{threads} threads per block is less than one warp"
+    if threads > limits.max_threads_per_block:
+        return f"{threads} threads per block > {limits.max_threads_per_block}"
+    smem = shared_bytes(config, dtype)
+    if smem > limits.max_shared_per_block:
+        return f"{smem} bytes of shared memory > {limits.max_shared_per_block}"
+    regs = estimated_registers(config, dtype)
+    budget = min(limits.max_registers_per_thread, limits.max_registers_per_block // threads)
+    if regs > budget:
+        return f"needs ~{regs} registers per thread; a block of {threads} threads leaves {budget}"
+    return None
+
+
+def build(config: dict, dtype: str) -> Kernel:
+    BM, BN, BK = config["bm"], config["bn"], config["bk"]
+    TM, TN = config["tm"], config["tn"]
+    STAGES = config["stages"]
+    VEC = vector_width(itemsize(dtype))
+    GM, GN = TM // VEC, TN // VEC  # vector groups per thread along rows and columns
+    TX, TY = BN // TN, BM // TM
+    THREADS = TX * TY
+    ROW_GROUP_STEP, COL_GROUP_STEP = TY * VEC, TX * VEC
+    A_LOADS, B_LOADS = loads_per_thread(BM, BN, BK, THREADS)
+    SA_SHAPE = (STAGES, BK, BM + config["pad"])
+    SB_SHAPE = (STAGES, BK, BN + config["pad"])
+    ALIGN = SHARED_ALIGNMENT
+    elem_t = numba_type(dtype)
+    load = vector_load(VEC)
+    fetch, stash = tile_movers(BM, BN, BK, THREADS, elem_t)
+
+    @cuda.jit(device=True)
+    def multiply_tile(sA, sB, stage, row_base, col_base, a_frag, b_frag, acc):
+        for kk in range(BK):
+            for g in range(GM):
+                lanes = load(sA, (stage, kk, row_base + g * ROW_GROUP_STEP))
+                for i in range(VEC):
+                    a_frag[g * VEC + i] = lanes[i]
+            for h in range(GN):
+                lanes = load(sB, (stage, kk, col_base + h * COL_GROUP_STEP))
+                for j in range(VEC):
+                    b_frag[h * VEC + j] = lanes[j]
+            for i in range(TM):
+                for j in range(TN):
+                    acc[i, j] += a_frag[i] * b_frag[j]
+
+    def vector_matmul(A, B, C):
+        sA = cuda.shared.array(SA_SHAPE, elem_t, alignment=ALIGN)
+        sB = cuda.shared.array(SB_SHAPE, elem_t, alignment=ALIGN)
+        acc = cuda.local.array((TM, TN), elem_t)
+        a_frag = cuda.local.array(TM, elem_t)
+        b_frag = cuda.local.array(TN, elem_t)
+        a_next = cuda.local.array(A_LOADS, elem_t)
+        b_next = cuda.local.array(B_LOADS, elem_t)
+        tid = cuda.threadIdx.x
+        row_base = (tid // TX) * VEC
+        col_base = (tid % TX) * VEC
+        row0 = cuda.blockIdx.y * BM
+        col0 = cuda.blockIdx.x * BN
+        M, K = A.shape
+        N = B.shape[1]
+        for i in range(TM):
+            for j in range(TN):
+                acc[i, j] = elem_t(0)
+
+        fetch(A, B, 0, row0, col0, tid, a_next, b_next)
+        stash(sA[0], sB[0], tid, a_next, b_next)
+        cuda.syncthreads()
+        stage = 0
+        for k0 in range(0, K, BK):
+            has_next = k0 + BK < K
+            if has_next:
+                fetch(A, B, k0 + BK, row0, col0, tid, a_next, b_next)
+            multiply_tile(sA, sB, stage, row_base, col_base, a_frag, b_frag, acc)
+            if STAGES == 1:
+                cuda.syncthreads()  # everyone is done reading before the tile is overwritten
+            else:
+                stage = 1 - stage
+            if has_next:
+                stash(sA[stage], sB[stage], tid, a_next, b_next)
+            cuda.syncthreads()
+
+        for g in range(GM):
+            for i in range(VEC):
+                r = row0 + row_base + g * ROW_GROUP_STEP + i
+                if r < M:
+                    for h in range(GN):
+                        for j in range(VEC):
+                            c = col0 + col_base + h * COL_GROUP_STEP + j
+                            if c < N:
+                                C[r, c] = acc[g * VEC + i, h * VEC + j]
+
+    return Kernel("vector", dict(config), dtype, vector_matmul, block=(THREADS,), tile=(BM, BN))
