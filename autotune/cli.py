@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -133,6 +134,36 @@ def lookup(
     if choice.tuned_shape:
         shape = "x".join(map(str, choice.tuned_shape))
         typer.echo(f"  tuned for {shape} (distance {choice.distance:.2f}) at {_gflops(choice.gflops)} GFLOPS on {choice.device}")
+
+
+@app.command()
+def bench(
+    shapes: str = typer.Option("standard", help="A suite of studies/suites.json, or shapes like 1024x1024x1024,4096x512x64."),
+    dtype: str = typer.Option("float32", help=DTYPE_HELP),
+    out: Optional[Path] = typer.Option(None, help="Directory for bench.json and bench.png."),
+    seeds: bool = typer.Option(True, help="Also time the seed kernels (naive, shared TPB=16)."),
+    simulate: bool = typer.Option(False, help="Run under Numba's CUDA simulator (tiny shapes; no cuBLAS)."),
+):
+    """Time the kernel matmul uses for each shape next to cuBLAS and the seed kernels."""
+    try:
+        _use_simulator(simulate)
+        from autotune.bench import bench as run, parse_shapes
+        from autotune.cache import CacheError
+
+        result = run(parse_shapes(shapes), dtype, out, seeds)
+    except (UserError, CacheError, ValueError) as error:
+        _fail(error)
+    table = Table("shape", "config from", "family", "GFLOPS", "cuBLAS", "ratio", "naive", "shared")
+    for r in result["rows"]:
+        cells = [r.get(key) for key in ("tuned_gflops", "cublas_gflops")]
+        table.add_row(
+            f"{r['m']}x{r['n']}x{r['k']}", r["source"], r["family"], *[_gflops(c) if c else "-" for c in cells],
+            f"{r['ratio']:.3f}" if r["ratio"] else "-",
+            *[_gflops(r[key]) if r.get(key) else "-" for key in ("naive_gflops", "shared_gflops")],
+        )
+    Console(width=200).print(table)
+    if result["geomean_ratio"]:
+        typer.echo(f"geometric mean of tuned / cuBLAS: {result['geomean_ratio']:.3f} on {result['device']}")
 
 
 @app.command()

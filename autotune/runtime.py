@@ -16,14 +16,13 @@ import warnings
 from dataclasses import dataclass
 from functools import cache
 from typing import Callable
-from pathlib import Path
 
 import numpy as np
 
 from numba import cuda
 
 import kernels
-from autotune.cache import Cache, CacheError, nearest_rows
+from autotune.cache import Cache, CacheError, nearest_rows, shipped_rows
 from autotune.measure import device_info
 from autotune.space import DeviceLimits, default_config, infeasibility
 from kernels import DTYPES, Kernel, OperandError, check_operands
@@ -31,7 +30,6 @@ from kernels import DTYPES, Kernel, OperandError, check_operands
 is_cuda_ndarray = cuda.devicearray.is_cuda_ndarray  # the simulator's, under the simulator
 
 NEAREST_MAX_DISTANCE = 3.0  # e.g. 8x along one dimension, or 2x along all three
-SHIPPED_DIR = Path(__file__).resolve().parent.parent / "studies"
 DEFAULT_FAMILY = "register"
 
 
@@ -104,14 +102,6 @@ def _cached_rows(device: str, dtype: str) -> list[dict]:
     except CacheError as error:
         warnings.warn(f"mmtune: ignoring the cache: {error}", stacklevel=3)
         return []
-
-
-def shipped_rows(device: str, dtype: str) -> list[dict]:
-    """Records committed in studies/*/records.json (the export format) for this device and dtype."""
-    rows = []
-    for path in sorted(SHIPPED_DIR.glob("*/records.json")):
-        rows += [r for r in json.loads(path.read_text()) if r["device"] == device and r["dtype"] == dtype]
-    return rows
 
 
 def _usable(row: dict, dtype: str) -> bool:

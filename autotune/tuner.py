@@ -20,7 +20,7 @@ import optuna
 from optuna.trial import TrialState
 
 import kernels
-from autotune.cache import Cache
+from autotune.cache import Cache, nearest_rows, shipped_rows
 from autotune.measure import Measurement, device_info, measure, versions
 from autotune.space import (
     FAMILY_NAMES,
@@ -33,7 +33,7 @@ from autotune.space import (
 )
 
 SAMPLERS = ("tpe", "random", "grid", "gp")
-DEFAULT_FAMILY = "register"  # the built-in default config enqueued first (and runtime's fallback)
+DEFAULT_FAMILY = "register"  # the runtime's fallback family: its default is enqueued first
 WARM_START_SHAPES = 3
 FINALISTS = 3
 FINAL_LAUNCHES = 50
@@ -216,10 +216,12 @@ class _StopAt:
 
 
 def _warm_start(study, cache, device, dtype, shape, families, limits) -> None:
-    """Enqueue the cached bests of the nearest tuned shapes, then the built-in default."""
-    candidates = [(row["family"], row["params"]) for _, row in cache.nearest(device, dtype, *shape, WARM_START_SHAPES)]
-    default_family = DEFAULT_FAMILY if DEFAULT_FAMILY in families else families[0]
-    candidates.append((default_family, default_config(default_family)))
+    """Enqueue the bests of the nearest tuned shapes (cached, then shipped), then the built-in
+    default config of each family searched, the runtime's fallback family first."""
+    tuned = cache.nearest(device, dtype, *shape, WARM_START_SHAPES)
+    tuned += nearest_rows(shipped_rows(device, dtype), shape, WARM_START_SHAPES)
+    candidates = [(row["family"], row["params"]) for _, row in tuned]
+    candidates += [(f, default_config(f)) for f in sorted(families, key=lambda f: f != DEFAULT_FAMILY)]
     for family, config in candidates:
         if family in families and infeasibility(family, config, dtype, limits) is None:
             study.enqueue_trial(trial_params(family, config), skip_if_exists=True)

@@ -1,9 +1,14 @@
-"""The first sight of the ladder: every kernel family on a few shapes, next to cuBLAS.
+"""A ladder of kernel configs on a few shapes, next to cuBLAS.
 
 Each kernel is verified on fresh random inputs at the shape, then timed by the protocol of
 autotune.measure on the same device arrays cuBLAS (CuPy, TF32 off) is timed on, in this process.
 
     python studies/ladder.py --out DIR [--shapes 1024x1024x1024,4096x4096x4096]
+        every family: the seed kernels, defaults and a few register configs (float32), and each
+        family's default in float64 and int32 at the first shape
+    python studies/ladder.py --out DIR --family vector --sample 150 [--top 15]
+        a seeded sample of one family's feasible float32 configs at the first shape, then the
+        `top` fastest of them at the other shapes
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from numba import cuda
 
 import kernels
 from autotune.measure import cublas_matmul, device_info, random_inputs, time_launches, verify, versions
+from autotune.space import device_limits, sample_configs
 
 R = dict(pad=4, mapping="strided", prefetch=True)
 FLOAT32_CONFIGS = [
@@ -41,12 +47,16 @@ def registers(kernel) -> int:
     return next(iter(regs.values())) if isinstance(regs, dict) else int(regs)
 
 
-def run(shapes: list[tuple[int, int, int]], out: Path) -> list[dict]:
-    rng = np.random.default_rng(0)
-    cublas = cublas_matmul()
-    rows = []
+def ladder_plan(shapes):
     plan = [(shape, "float32", fam, cfg) for shape in shapes for fam, cfg in FLOAT32_CONFIGS]
     plan += [(shapes[0], dt, fam, mod.DEFAULT) for dt in OTHER_DTYPES for fam, mod in kernels.FAMILIES.items()]
+    return plan
+
+
+def run(plan, out: Path, rows: list | None = None) -> list[dict]:
+    rng = np.random.default_rng(0)
+    cublas = cublas_matmul()
+    rows = [] if rows is None else rows
     baselines: dict = {}
     for (m, n, k), dtype, family, config in plan:
         key = (m, n, k, dtype)
@@ -71,9 +81,14 @@ def run(shapes: list[tuple[int, int, int]], out: Path) -> list[dict]:
             row.update(verified=False, failure=f"{type(error).__name__}: {error}")
         rows.append(row)
         print(format_row(row), flush=True)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "ladder.json").write_text(json.dumps({**device_info(), **versions(), "rows": rows}, indent=1))
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "ladder.json").write_text(json.dumps({**device_info(), **versions(), "rows": rows}, indent=1))
     return rows
+
+
+def fastest(rows: list[dict], shape, count: int) -> list[tuple[str, dict]]:
+    timed = [r for r in rows if (r["m"], r["n"], r["k"]) == shape and "gflops" in r]
+    return [(r["family"], r["config"]) for r in sorted(timed, key=lambda r: -r["gflops"])[:count]]
 
 
 def format_row(row: dict) -> str:
@@ -93,11 +108,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="1024x1024x1024,4096x4096x4096,1023x1025x999")
     parser.add_argument("--out", type=Path, default=Path("ladder-out"))
+    parser.add_argument("--family", help="sweep a sample of this family instead of the fixed ladder")
+    parser.add_argument("--sample", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--top", type=int, default=15)
     args = parser.parse_args()
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     print(device_info(), versions())
     print(f"{'shape':>16} {'dtype':8} {'family':9} {'GFLOPS':>9} {'cuBLAS':>9} {'ratio':>6} {'regs':>4} {'error':7}  config")
-    run(shapes, args.out)
+    if not args.family:
+        run(ladder_plan(shapes), args.out)
+        return
+    configs = sample_configs(args.family, "float32", device_limits(), args.sample, args.seed)
+    rows = run([(shapes[0], "float32", args.family, c) for c in configs], args.out)
+    best = fastest(rows, shapes[0], args.top)
+    run([(shape, "float32", f, c) for shape in shapes[1:] for f, c in best], args.out, rows)
+    for shape in shapes:
+        print(f"fastest at {'x'.join(map(str, shape))}:")
+        for family, config in fastest(rows, shape, args.top):
+            print(format_row(next(r for r in rows if (r["m"], r["n"], r["k"]) == shape and r["config"] == config and r["family"] == family)))
 
 
 if __name__ == "__main__":

@@ -55,6 +55,13 @@ def test_best_of_an_empty_cache_is_an_empty_list():
     assert json.loads(invoke("best", "--json").stdout) == []
 
 
+def test_bench_in_the_simulator(tmp_path):
+    result = invoke("bench", "--shapes", "4x5x6", "--out", tmp_path, "--simulate", "--no-seeds")
+    assert result.exit_code == 0, result.output
+    assert "│ 4x5x6 │ default     │ register │" in result.stdout
+    assert (tmp_path / "bench.json").exists()
+
+
 def test_lookup_in_the_simulator():
     result = invoke("lookup", "--m", 8, "--n", 8, "--k", 8, "--simulate")
     assert result.exit_code == 0
@@ -66,8 +73,9 @@ def test_lookup_in_the_simulator():
     [
         (("tune", "--m", 0, "--n", 4, "--k", 4, "--simulate"), "error: M, N and K must be positive, got 0x4x4\n"),
         (("tune", "--m", 4, "--n", 4, "--k", 4, "--dtype", "float16", "--simulate"), "error: unsupported dtype 'float16'; supported: float32, float64, int32\n"),
-        (("tune", "--m", 4, "--n", 4, "--k", 4, "--family", "cublas", "--simulate"), "error: unknown kernel family 'cublas'; known: naive, shared, register\n"),
+        (("tune", "--m", 4, "--n", 4, "--k", 4, "--family", "cublas", "--simulate"), "error: unknown kernel family 'cublas'; known: naive, shared, register, vector\n"),
         (("best", "--m", 4), "error: give all of --m, --n and --k, or none\n"),
+        (("bench", "--shapes", "4x4", "--simulate"), "error: '4x4' is neither a suite (standard, squares, quick) nor a shape MxNxK\n"),
         (("lookup", "--m", 4, "--n", 4, "--k", 4, "--dtype", "bool"), "error: unsupported dtype bool; supported: float32, float64, int32\n"),
         (("check", "--family", "naive", "--sample", 1), "error: compiling to PTX needs numba-cuda without NUMBA_ENABLE_CUDASIM\n"),
     ],

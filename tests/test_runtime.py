@@ -6,6 +6,7 @@ from conftest import ON_GPU
 from numba import cuda
 
 import autotune
+import autotune.cache
 from autotune import runtime
 from autotune.cache import Cache
 from autotune.measure import random_inputs, reference, relative_error
@@ -50,7 +51,7 @@ def test_shipped_records_are_the_fallback(tmp_path, monkeypatch):
     (tmp_path / "somegpu").mkdir()
     record = dict(device=DEVICE, dtype="float32", m=64, n=64, k=64, family="shared", params={"tpb": 8, "pad": 0}, gflops=9.0)
     (tmp_path / "somegpu" / "records.json").write_text(json.dumps([record, {**record, "device": "Another GPU"}]))
-    monkeypatch.setattr(runtime, "SHIPPED_DIR", tmp_path)
+    monkeypatch.setattr(autotune.cache, "SHIPPED_DIR", tmp_path)
     choice = autotune.lookup(64, 64, 32)
     assert (choice.source, choice.family, choice.gflops) == ("shipped", "shared", 9.0)
     tuned(64, 64, 32)
