@@ -13,14 +13,19 @@ import pytest
 
 import kernels
 
-SAMPLES = {"naive": 4, "shared": 9, "register": 10}  # shared: its whole space
+SAMPLES = {"naive": 4, "shared": 9, "register": 10, "vector": 8}  # shared: its whole space
 CHILD = """
 import json, sys
+import kernels
 from autotune.space import DeviceLimits, compile_check, sample_configs
+from kernels.resources import ptx
 family, dtype, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
 configs = sample_configs(family, dtype, DeviceLimits(), count, seed=hash((family, dtype)) % 1000)
 for result in compile_check(family, configs, dtype, DeviceLimits()):
-    print(json.dumps({"config": result.config, "resources": result.resources, "error": result.error}))
+    text = ptx(kernels.build(family, result.config, dtype)) if family == "vector" else ""
+    print(json.dumps({"config": result.config, "resources": result.resources, "error": result.error,
+                      "vector_loads": text.count("ld.shared.v"),
+                      "scalar_shared_loads": sum(text.count(f"ld.shared.{t}") for t in ("f32", "f64", "u32", "b32"))}))
 """
 
 
@@ -42,6 +47,8 @@ def test_accepted_configs_compile_for_sm90(family, dtype):
     assert len(results) == SAMPLES[family]
     failures = [r for r in results if r["error"]]
     assert not failures, failures
+    if family == "vector":
+        assert all(r["vector_loads"] and not r["scalar_shared_loads"] for r in results), results
     for r in results:
         res = r["resources"]
         assert 0 < res["registers"] <= 255

@@ -30,6 +30,10 @@ else:
             {"bm": 16, "bn": 32, "bk": 4, "tm": 2, "tn": 4, "pad": 1, "mapping": "strided", "prefetch": True},
             {"bm": 32, "bn": 16, "bk": 8, "tm": 4, "tn": 1, "pad": 0, "mapping": "contiguous", "prefetch": False},
         ],
+        "vector": [
+            {"bm": 32, "bn": 32, "bk": 8, "tm": 4, "tn": 4, "pad": 4, "stages": 2},
+            {"bm": 32, "bn": 64, "bk": 8, "tm": 8, "tn": 4, "pad": 0, "stages": 1},
+        ],
     }
     SHAPES = [(1, 1, 1), (1, 13, 1), (7, 1, 3), (17, 23, 19), (3, 41, 37)]
 
