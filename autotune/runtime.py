@@ -18,19 +18,17 @@ from functools import cache
 from typing import Callable
 
 import numpy as np
-
 from numba import cuda
 
 import kernels
 from autotune.cache import Cache, CacheError, nearest_rows, shipped_rows
 from autotune.measure import device_info
-from autotune.space import DeviceLimits, default_config, infeasibility
+from autotune.space import DEFAULT_FAMILY, DeviceLimits, default_config, infeasibility
 from kernels import DTYPES, Kernel, OperandError, check_operands
 
 is_cuda_ndarray = cuda.devicearray.is_cuda_ndarray  # the simulator's, under the simulator
 
 NEAREST_MAX_DISTANCE = 3.0  # e.g. 8x along one dimension, or 2x along all three
-DEFAULT_FAMILY = "register"
 
 
 @dataclass(frozen=True)

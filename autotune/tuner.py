@@ -9,6 +9,7 @@ the cache, which keeps it only if it beats the row already there.
 
 from __future__ import annotations
 
+import importlib.util
 import time
 import warnings
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ import kernels
 from autotune.cache import Cache, nearest_rows, shipped_rows
 from autotune.measure import Measurement, device_info, measure, versions
 from autotune.space import (
+    DEFAULT_FAMILY,
     FAMILY_NAMES,
     default_config,
     device_limits,
@@ -33,7 +35,6 @@ from autotune.space import (
 )
 
 SAMPLERS = ("tpe", "random", "grid", "gp")
-DEFAULT_FAMILY = "register"  # the runtime's fallback family: its default is enqueued first
 WARM_START_SHAPES = 3
 FINALISTS = 3
 FINAL_LAUNCHES = 50
@@ -94,10 +95,8 @@ def _sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
     if name == "grid":
         return optuna.samplers.BruteForceSampler(seed=seed)
     if name == "gp":
-        try:
-            import torch  # noqa: F401  (GPSampler's own dependency)
-        except ImportError:
-            raise TuneError("the gp sampler needs PyTorch (pip install torch)") from None
+        if importlib.util.find_spec("torch") is None:  # GPSampler's own dependency
+            raise TuneError("the gp sampler needs PyTorch (pip install torch)")
         return optuna.samplers.GPSampler(seed=seed)
     raise TuneError(f"unknown sampler {name!r}; choose from {', '.join(SAMPLERS)}")
 

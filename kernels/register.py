@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from numba import cuda
 
-from .base import DeviceLimits, Kernel, itemsize, numba_type, registers_per_value
-from .tiles import loads_per_thread, tile_movers
+from .base import DeviceLimits, Kernel, itemsize, numba_type
+from .tiles import loads_per_thread, restrict_tiling, tile_movers
 
 SPACE = {
     "bm": [16, 32, 64, 128, 256],
@@ -35,19 +35,6 @@ DEFAULT = {
     "bm": 64, "bn": 64, "bk": 8, "tm": 4, "tn": 4,
     "pad": 4, "mapping": "strided", "prefetch": True,
 }
-MAX_ELEMENTS_PER_THREAD = 64
-#: registers a thread needs besides its tiles (indices, pointers, loop counters), from ptxas reports
-#: of sm_90 compiles. The estimate only screens out configs that would spill heavily: kernels are
-#: compiled with launch_bounds, so ptxas itself keeps every accepted config launchable.
-OVERHEAD_REGISTERS = 40
-
-
-def _threads(config: dict) -> int:
-    return (config["bm"] // config["tm"]) * (config["bn"] // config["tn"])
-
-
-def _loads_per_thread(config: dict) -> tuple[int, int]:
-    return loads_per_thread(config["bm"], config["bn"], config["bk"], _threads(config))
 
 
 def shared_bytes(config: dict, dtype: str) -> int:
@@ -55,32 +42,8 @@ def shared_bytes(config: dict, dtype: str) -> int:
     return words * itemsize(dtype)
 
 
-def estimated_registers(config: dict, dtype: str) -> int:
-    values = config["tm"] * config["tn"] + config["tm"] + config["tn"]
-    if config["prefetch"]:
-        values += sum(_loads_per_thread(config))
-    return values * registers_per_value(dtype) + OVERHEAD_REGISTERS
-
-
 def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
-    bm, bn, tm, tn = config["bm"], config["bn"], config["tm"], config["tn"]
-    if bm % tm or bn % tn:
-        return f"register tile {tm}x{tn} does not divide block tile {bm}x{bn}"
-    if tm * tn > MAX_ELEMENTS_PER_THREAD:
-        return f"{tm * tn} elements per thread > {MAX_ELEMENTS_PER_THREAD}"
-    threads = _threads(config)
-    if threads < 32:
-        return f"{threads} threads per block is less than one warp"
-    if threads > limits.max_threads_per_block:
-        return f"{threads} threads per block > {limits.max_threads_per_block}"
-    smem = shared_bytes(config, dtype)
-    if smem > limits.max_shared_per_block:
-        return f"{smem} bytes of shared memory > {limits.max_shared_per_block}"
-    regs = estimated_registers(config, dtype)
-    budget = min(limits.max_registers_per_thread, limits.max_registers_per_block // threads)
-    if regs > budget:
-        return f"needs ~{regs} registers per thread; a block of {threads} threads leaves {budget}"
-    return None
+    return restrict_tiling(config, dtype, limits, shared_bytes(config, dtype))
 
 
 def build(config: dict, dtype: str) -> Kernel:
@@ -89,7 +52,7 @@ def build(config: dict, dtype: str) -> Kernel:
     PREFETCH = bool(config["prefetch"])
     TX, TY = BN // TN, BM // TM  # threads along the columns and rows of the tile
     THREADS = TX * TY
-    A_LOADS, B_LOADS = _loads_per_thread(config)
+    A_LOADS, B_LOADS = loads_per_thread(BM, BN, BK, THREADS)
     STRIDED = config["mapping"] == "strided"
     ROW_STEP = TY if STRIDED else 1  # distance between a thread's rows of C
     COL_STEP = TX if STRIDED else 1

@@ -10,6 +10,47 @@ from __future__ import annotations
 
 from numba import cuda
 
+from .base import DeviceLimits, registers_per_value
+
+MAX_ELEMENTS_PER_THREAD = 64
+#: registers a thread needs besides its tiles (indices, pointers, loop counters), from ptxas reports
+#: of sm_90 compiles. The estimate only screens out configs that would spill heavily: kernels are
+#: compiled with launch_bounds, so ptxas itself keeps every accepted config launchable.
+OVERHEAD_REGISTERS = 40
+
+
+def threads_per_block(config: dict) -> int:
+    return (config["bm"] // config["tm"]) * (config["bn"] // config["tn"])
+
+
+def estimated_registers(config: dict, dtype: str) -> int:
+    """Accumulators, fragments and (when prefetching) the next tile's values, plus overhead."""
+    values = config["tm"] * config["tn"] + config["tm"] + config["tn"]
+    if config.get("prefetch", True):
+        values += sum(loads_per_thread(config["bm"], config["bn"], config["bk"], threads_per_block(config)))
+    return values * registers_per_value(dtype) + OVERHEAD_REGISTERS
+
+
+def restrict_tiling(config: dict, dtype: str, limits: DeviceLimits, shared_bytes: int) -> str | None:
+    """Why a BM x BN block of TM x TN register tiles cannot run (well), or None."""
+    bm, bn, tm, tn = config["bm"], config["bn"], config["tm"], config["tn"]
+    if bm % tm or bn % tn:
+        return f"register tile {tm}x{tn} does not divide block tile {bm}x{bn}"
+    if tm * tn > MAX_ELEMENTS_PER_THREAD:
+        return f"{tm * tn} elements per thread > {MAX_ELEMENTS_PER_THREAD}"
+    threads = threads_per_block(config)
+    if threads < 32:
+        return f"{threads} threads per block is less than one warp"
+    if threads > limits.max_threads_per_block:
+        return f"{threads} threads per block > {limits.max_threads_per_block}"
+    if shared_bytes > limits.max_shared_per_block:
+        return f"{shared_bytes} bytes of shared memory > {limits.max_shared_per_block}"
+    regs = estimated_registers(config, dtype)
+    budget = min(limits.max_registers_per_thread, limits.max_registers_per_block // threads)
+    if regs > budget:
+        return f"needs ~{regs} registers per thread; a block of {threads} threads leaves {budget}"
+    return None
+
 
 def loads_per_thread(bm: int, bn: int, bk: int, threads: int) -> tuple[int, int]:
     return -(-bm * bk // threads), -(-bk * bn // threads)

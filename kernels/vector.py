@@ -15,10 +15,9 @@ from __future__ import annotations
 
 from numba import cuda
 
-from .base import DeviceLimits, Kernel, itemsize, numba_type, registers_per_value
+from .base import DeviceLimits, Kernel, itemsize, numba_type
 from .intrinsics import SHARED_ALIGNMENT, vector_load, vector_width
-from .register import OVERHEAD_REGISTERS
-from .tiles import loads_per_thread, tile_movers
+from .tiles import loads_per_thread, restrict_tiling, tile_movers
 
 SPACE = {
     "bm": [32, 64, 128, 256],
@@ -30,11 +29,6 @@ SPACE = {
     "stages": [1, 2],
 }
 DEFAULT = {"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 8, "pad": 4, "stages": 2}
-MAX_ELEMENTS_PER_THREAD = 64
-
-
-def _threads(config: dict) -> int:
-    return (config["bm"] // config["tm"]) * (config["bn"] // config["tn"])
 
 
 def shared_bytes(config: dict, dtype: str) -> int:
@@ -42,31 +36,8 @@ def shared_bytes(config: dict, dtype: str) -> int:
     return words * itemsize(dtype)
 
 
-def estimated_registers(config: dict, dtype: str) -> int:
-    loads = loads_per_thread(config["bm"], config["bn"], config["bk"], _threads(config))
-    values = config["tm"] * config["tn"] + config["tm"] + config["tn"] + sum(loads)
-    return values * registers_per_value(dtype) + OVERHEAD_REGISTERS
-
-
 def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
-    tm, tn = config["tm"], config["tn"]
-    if tm * tn > MAX_ELEMENTS_PER_THREAD:
-        return f"{tm * tn} elements per thread > {MAX_ELEMENTS_PER_THREAD}"
-    if config["bm"] % tm or config["bn"] % tn:
-        return f"register tile {tm}x{tn} does not divide block tile {config['bm']}x{config['bn']}"
-    threads = _threads(config)
-    if threads < 32:
-        return f"{threads} threads per block is less than one warp"
-    if threads > limits.max_threads_per_block:
-        return f"{threads} threads per block > {limits.max_threads_per_block}"
-    smem = shared_bytes(config, dtype)
-    if smem > limits.max_shared_per_block:
-        return f"{smem} bytes of shared memory > {limits.max_shared_per_block}"
-    regs = estimated_registers(config, dtype)
-    budget = min(limits.max_registers_per_thread, limits.max_registers_per_block // threads)
-    if regs > budget:
-        return f"needs ~{regs} registers per thread; a block of {threads} threads leaves {budget}"
-    return None
+    return restrict_tiling(config, dtype, limits, shared_bytes(config, dtype))
 
 
 def build(config: dict, dtype: str) -> Kernel:
