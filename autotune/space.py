@@ -62,17 +62,43 @@ def sample_configs(
     return [default_config(family), *drawn][:count]
 
 
+def _ordinal(values: list) -> bool:
+    """Numbers with more than two choices are searched as an ordered scale (an index into the
+    sorted values), so the sampler can learn that 128 lies between 64 and 256."""
+    return len(values) > 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+
+
 def suggest(trial, families: list[str], dtype: str) -> tuple[str, dict]:
     """Ask an Optuna trial for a family and its parameters (named "family.param")."""
     family = trial.suggest_categorical("family", list(families))
-    space = kernels.family(family).SPACE
-    config = {name: trial.suggest_categorical(f"{family}.{name}", values) for name, values in space.items()}
+    config = {}
+    for name, values in kernels.family(family).SPACE.items():
+        key = f"{family}.{name}"
+        if _ordinal(values):
+            config[name] = values[trial.suggest_int(key, 0, len(values) - 1)]
+        else:
+            config[name] = trial.suggest_categorical(key, values)
     return family, config
 
 
 def trial_params(family: str, config: dict) -> dict:
-    """The Optuna parameters that `suggest` would record for (family, config): for enqueueing."""
-    return {"family": family, **{f"{family}.{name}": value for name, value in config.items()}}
+    """The Optuna parameters that `suggest` records for (family, config): for enqueueing."""
+    space = kernels.family(family).SPACE
+    params = {"family": family}
+    for name, value in config.items():
+        params[f"{family}.{name}"] = space[name].index(value) if _ordinal(space[name]) else value
+    return params
+
+
+def config_of(params: dict) -> tuple[str, dict]:
+    """(family, config) from the parameters of a trial that `suggest` filled."""
+    family = params["family"]
+    space = kernels.family(family).SPACE
+    config = {}
+    for name, values in space.items():
+        value = params[f"{family}.{name}"]
+        config[name] = values[value] if _ordinal(values) else value
+    return family, config
 
 
 @dataclass(frozen=True)

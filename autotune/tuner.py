@@ -25,6 +25,7 @@ from autotune.cache import Cache, nearest_rows, shipped_rows
 from autotune.measure import Measurement, device_info, measure, versions
 from autotune.space import (
     DEFAULT_FAMILY,
+    config_of,
     FAMILY_NAMES,
     default_config,
     device_limits,
@@ -250,7 +251,7 @@ def _finalists_row(study, measurer, shape, dtype, info, seed) -> dict | None:
     )
     finalists, seen = [], set()
     for trial in done:
-        family, config = _config_of(trial)
+        family, config = config_of(trial.params)
         key = (family, tuple(sorted(config.items())))
         if key not in seen:
             seen.add(key)
@@ -276,12 +277,6 @@ def _finalists_row(study, measurer, shape, dtype, info, seed) -> dict | None:
         "cc": info["cc"], "driver": info["driver"], **{k: v for k, v in versions().items() if k != "python"},
         "source_hash": kernels.source_hash(family),
     }
-
-
-def _config_of(trial) -> tuple[str, dict]:
-    family = trial.params["family"]
-    prefix = f"{family}."
-    return family, {name[len(prefix):]: v for name, v in trial.params.items() if name.startswith(prefix)}
 
 
 class _Progress:
