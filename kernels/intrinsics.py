@@ -16,16 +16,6 @@ VECTOR_BYTES = 16
 SHARED_ALIGNMENT = None if config.ENABLE_CUDASIM else VECTOR_BYTES
 
 
-if config.ENABLE_CUDASIM:
-
-    def literal_unroll(container):
-        """The simulator runs loops as Python: nothing to unroll."""
-        return container
-
-else:
-    from numba.cuda import literal_unroll  # noqa: F401  (re-exported: loops over it are fully unrolled)
-
-
 def vector_width(itemsize: int) -> int:
     return VECTOR_BYTES // itemsize
 

@@ -9,8 +9,6 @@ k instead of TM + TN. Groups are TY*VEC rows apart, so a warp's loads are adjace
   pad          extra columns per shared row (0 or 4, keeping rows 16-byte aligned)
   stages       2: two shared tiles, the next written while the current is read, one barrier per
                k-step; 1: one tile, two barriers per k-step
-  unroll       unroll the loop over the BK steps of a tile (NVVM leaves it rolled), so the loads of
-               step k+1 can be issued during the multiply-adds of step k
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ from __future__ import annotations
 from numba import cuda
 
 from .base import DeviceLimits, Kernel, itemsize, numba_type
-from .intrinsics import SHARED_ALIGNMENT, literal_unroll, vector_load, vector_width
+from .intrinsics import SHARED_ALIGNMENT, vector_load, vector_width
 from .tiles import loads_per_thread, restrict_tiling, tile_movers
 
 SPACE = {
@@ -29,9 +27,8 @@ SPACE = {
     "tn": [4, 8, 16],
     "pad": [0, 4],
     "stages": [1, 2],
-    "unroll": [False, True],
 }
-DEFAULT = {"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 8, "pad": 4, "stages": 2, "unroll": False}
+DEFAULT = {"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 8, "pad": 4, "stages": 2}
 
 
 def shared_bytes(config: dict, dtype: str) -> int:
@@ -47,8 +44,6 @@ def build(config: dict, dtype: str) -> Kernel:
     BM, BN, BK = config["bm"], config["bn"], config["bk"]
     TM, TN = config["tm"], config["tn"]
     STAGES = config["stages"]
-    UNROLL = bool(config["unroll"])
-    K_STEPS = tuple(range(BK))
     VEC = vector_width(itemsize(dtype))
     GM, GN = TM // VEC, TN // VEC  # vector groups per thread along rows and columns
     TX, TY = BN // TN, BM // TM
@@ -63,27 +58,19 @@ def build(config: dict, dtype: str) -> Kernel:
     fetch, stash = tile_movers(BM, BN, BK, THREADS, elem_t)
 
     @cuda.jit(device=True)
-    def multiply_step(sA, sB, stage, kk, row_base, col_base, a_frag, b_frag, acc):
-        for g in range(GM):
-            lanes = load(sA, (stage, kk, row_base + g * ROW_GROUP_STEP))
-            for i in range(VEC):
-                a_frag[g * VEC + i] = lanes[i]
-        for h in range(GN):
-            lanes = load(sB, (stage, kk, col_base + h * COL_GROUP_STEP))
-            for j in range(VEC):
-                b_frag[h * VEC + j] = lanes[j]
-        for i in range(TM):
-            for j in range(TN):
-                acc[i, j] += a_frag[i] * b_frag[j]
-
-    @cuda.jit(device=True)
     def multiply_tile(sA, sB, stage, row_base, col_base, a_frag, b_frag, acc):
-        if UNROLL:
-            for kk in literal_unroll(K_STEPS):
-                multiply_step(sA, sB, stage, kk, row_base, col_base, a_frag, b_frag, acc)
-        else:
-            for kk in range(BK):
-                multiply_step(sA, sB, stage, kk, row_base, col_base, a_frag, b_frag, acc)
+        for kk in range(BK):
+            for g in range(GM):
+                lanes = load(sA, (stage, kk, row_base + g * ROW_GROUP_STEP))
+                for i in range(VEC):
+                    a_frag[g * VEC + i] = lanes[i]
+            for h in range(GN):
+                lanes = load(sB, (stage, kk, col_base + h * COL_GROUP_STEP))
+                for j in range(VEC):
+                    b_frag[h * VEC + j] = lanes[j]
+            for i in range(TM):
+                for j in range(TN):
+                    acc[i, j] += a_frag[i] * b_frag[j]
 
     def vector_matmul(A, B, C):
         sA = cuda.shared.array(SA_SHAPE, elem_t, alignment=ALIGN)
