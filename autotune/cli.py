@@ -61,6 +61,7 @@ def tune(
     sampler: str = typer.Option("tpe", help="tpe (seeded, default), random, grid (brute force) or gp."),
     storage: Optional[str] = typer.Option(None, help="Optuna storage URL; default a journal file beside the cache."),
     seed: int = typer.Option(0, help="Seed of the sampler and of the random inputs."),
+    jobs: int = typer.Option(1, help="Worker processes sharing the GPU: they compile in parallel, measure one at a time."),
     simulate: bool = typer.Option(False, help="Run on the CPU under Numba's CUDA simulator (tiny shapes)."),
 ):
     """Search kernel configs for one shape; cache and print the verified best."""
@@ -69,7 +70,7 @@ def tune(
         from autotune.cache import CacheError
         from autotune.tuner import TuneError, tune as run
 
-        result = run(m, n, k, dtype, trials, timeout, family, sampler, storage, seed)
+        result = run(m, n, k, dtype, trials, timeout, family, sampler, storage, seed, jobs=jobs)
     except (UserError, TuneError, CacheError) as error:
         _fail(error)
     row = result.row

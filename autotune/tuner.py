@@ -9,9 +9,12 @@ the cache, which keeps it only if it beats the row already there.
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
+import multiprocessing
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -71,15 +74,18 @@ def study_name(device: str, dtype: str, m: int, n: int, k: int) -> str:
     return f"mmtune:{device}:{dtype}:{m}x{n}x{k}"
 
 
-def open_storage(storage: str | None, cache: Cache):
-    """An Optuna storage URL as given, or by default a journal file beside the cache: Optuna
-    recommends journal storage over SQLite when several processes share a study."""
-    if storage:
-        return storage, storage
+def storage_spec(storage: str | None, cache: Cache) -> str:
+    """An Optuna storage URL as given, or by default the path of a journal file beside the cache:
+    Optuna recommends journal storage over SQLite when several processes share a study."""
+    return storage or str(cache.path.parent / "studies.journal")
+
+
+def open_storage(spec: str):
+    if "://" in spec:
+        return spec
     from optuna.storages.journal import JournalFileBackend
 
-    path = cache.path.parent / "studies.journal"
-    return optuna.storages.JournalStorage(JournalFileBackend(str(path))), str(path)
+    return optuna.storages.JournalStorage(JournalFileBackend(spec))
 
 
 def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
@@ -102,6 +108,54 @@ def _sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
     raise TuneError(f"unknown sampler {name!r}; choose from {', '.join(SAMPLERS)}")
 
 
+@dataclass(frozen=True)
+class _Search:
+    """What a search process needs to rebuild the objective (picklable, for worker processes)."""
+
+    shape: tuple[int, int, int]
+    dtype: str
+    families: list[str]
+    seed: int | None
+    limits: object  # DeviceLimits
+    measurer: Measurer
+    lock: str | None  # a file to lock while measuring, when several processes share the GPU
+
+    def objective(self, study: optuna.Study):
+        def objective(trial: optuna.Trial) -> float:
+            family, config = suggest(trial, self.families, self.dtype)
+            reason = infeasibility(family, config, self.dtype, self.limits)
+            if reason:
+                trial.set_user_attr("infeasible", reason)
+                raise optuna.TrialPruned(reason)
+            earlier = _same_params(study, trial)
+            if earlier is not None:  # samplers re-propose: answer from the record, don't re-measure
+                trial.set_user_attr("repeat_of", earlier.number)
+                if earlier.state == TrialState.FAIL:
+                    raise TrialFailed(earlier.user_attrs.get("error", "failed before"))
+                return earlier.value
+            rng = np.random.default_rng([self.seed or 0, trial.number])
+            kernel = kernels.build(family, config, self.dtype)
+            return _measure_trial(trial, self.measurer, kernel, self.shape, rng, self.lock)
+
+        return objective
+
+    def run(self, study: optuna.Study, goal: int, timeout: float | None, callbacks=()) -> None:
+        study.optimize(
+            self.objective(study),
+            n_trials=max(goal - len(measured_trials(study)), 1) * PROPOSALS_PER_TRIAL,
+            timeout=timeout,
+            catch=(TrialFailed,),
+            callbacks=[*callbacks, _StopAt(goal)],
+        )
+
+
+def _work(search: _Search, name: str, spec: str, sampler: str, seed: int | None, goal: int, timeout) -> None:
+    """A worker process: its own CUDA context, the shared study."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.load_study(study_name=name, storage=open_storage(spec), sampler=make_sampler(sampler, seed))
+    search.run(study, goal, timeout)
+
+
 def tune(
     m: int,
     n: int,
@@ -116,22 +170,25 @@ def tune(
     cache_path: Path | str | None = None,
     show_progress: bool = True,
     measurer: Measurer = measure,
+    jobs: int = 1,
 ) -> TuneResult:
     """Run or resume the study for (this device, dtype, M, N, K) until it holds `trials` measured
-    trials (or `timeout` seconds pass), then re-time the best and write the winner to the cache."""
+    trials (or `timeout` seconds pass), then re-time the best and write the winner to the cache.
+    With jobs > 1, that many worker processes share the study and the GPU: they compile in
+    parallel and measure one at a time."""
     families = list(families or FAMILY_NAMES)
-    _check_request(m, n, k, dtype, trials, families)
+    _check_request(m, n, k, dtype, trials, jobs, families)
     started = time.perf_counter()
     info = device_info()
     limits = device_limits()
     cache = Cache(cache_path)
-    storage_obj, storage_name = open_storage(storage, cache)
+    spec = storage_spec(storage, cache)
     name = study_name(info["device"], dtype, m, n, k)
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # failed trials are reported by us
     try:
         study = optuna.create_study(
-            study_name=name, storage=storage_obj, sampler=make_sampler(sampler, seed),
+            study_name=name, storage=open_storage(spec), sampler=make_sampler(sampler, seed),
             direction="maximize", load_if_exists=True,
         )
         if not study.trials:
@@ -141,30 +198,14 @@ def tune(
         before = len(measured_trials(study))
         goal = min(trials, sum(len(feasible_configs(f, dtype, limits)) for f in families))
 
-        def objective(trial: optuna.Trial) -> float:
-            family, config = suggest(trial, families, dtype)
-            reason = infeasibility(family, config, dtype, limits)
-            if reason:
-                trial.set_user_attr("infeasible", reason)
-                raise optuna.TrialPruned(reason)
-            earlier = _same_params(study, trial)
-            if earlier is not None:  # samplers re-propose: answer from the record, don't re-measure
-                trial.set_user_attr("repeat_of", earlier.number)
-                if earlier.state == TrialState.FAIL:
-                    raise TrialFailed(earlier.user_attrs.get("error", "failed before"))
-                return earlier.value
-            rng = np.random.default_rng([seed or 0, trial.number])
-            return _measure_trial(trial, measurer, kernels.build(family, config, dtype), (m, n, k), rng)
-
+        lock = str(cache.path.parent / "measure.lock") if jobs > 1 else None
+        search = _Search((m, n, k), dtype, families, seed, limits, measurer, lock)
         if before < goal:
             with _Progress(show_progress, before, goal, timeout) as progress:
-                study.optimize(
-                    objective,
-                    n_trials=(goal - before) * PROPOSALS_PER_TRIAL,
-                    timeout=timeout,
-                    catch=(TrialFailed,),
-                    callbacks=[progress.update, _StopAt(goal)],
-                )
+                if jobs == 1:
+                    search.run(study, goal, timeout, [progress.update])
+                else:
+                    _run_workers(search, jobs, name, spec, sampler, seed, goal, timeout, study, progress)
         row = _finalists_row(study, measurer, (m, n, k), dtype, info, seed)
     finally:
         optuna.logging.set_verbosity(verbosity)
@@ -174,19 +215,21 @@ def tune(
         row.update(trials=len(measured), study=name)
         written = cache.record(row)
     return TuneResult(
-        row=row, written=written, study_name=name, storage=storage_name, trials=len(measured),
+        row=row, written=written, study_name=name, storage=spec, trials=len(measured),
         new_trials=len(measured) - before, failed=sum(t.state == TrialState.FAIL for t in measured),
         wall_s=time.perf_counter() - started,
     )
 
 
-def _check_request(m, n, k, dtype, trials, families) -> None:
+def _check_request(m, n, k, dtype, trials, jobs, families) -> None:
     if min(m, n, k) < 1:
         raise TuneError(f"M, N and K must be positive, got {m}x{n}x{k}")
     if dtype not in kernels.DTYPES:
         raise TuneError(f"unsupported dtype {dtype!r}; supported: {', '.join(kernels.DTYPES)}")
     if trials < 1:
         raise TuneError("--trials must be at least 1")
+    if jobs < 1:
+        raise TuneError("--jobs must be at least 1")
     unknown = [f for f in families if f not in FAMILY_NAMES]
     if unknown:
         raise TuneError(f"unknown kernel family {unknown[0]!r}; known: {', '.join(FAMILY_NAMES)}")
@@ -227,9 +270,42 @@ def _warm_start(study, cache, device, dtype, shape, families, limits) -> None:
             study.enqueue_trial(trial_params(family, config), skip_if_exists=True)
 
 
-def _measure_trial(trial, measurer, kernel, shape, rng) -> float:
+def _run_workers(search, jobs, name, spec, sampler, seed, goal, timeout, study, progress) -> None:
+    context = multiprocessing.get_context("spawn")  # a CUDA context must not be forked
+    workers = [
+        context.Process(target=_work, args=(search, name, spec, sampler, None if seed is None else seed + i, goal, timeout))
+        for i in range(jobs)
+    ]
+    for worker in workers:
+        worker.start()
+    while any(worker.is_alive() for worker in workers):
+        time.sleep(0.5)
+        progress.show(study)
+    progress.show(study)
+    crashed = [w.exitcode for w in workers if w.exitcode]
+    if crashed:
+        raise TuneError(f"{len(crashed)} worker process(es) died (exit codes {crashed}); the study keeps their trials")
+
+
+@contextmanager
+def _exclusive(lock: str | None):
+    """Hold `lock` (a file) while measuring, so workers sharing a GPU never time at once."""
+    if lock is None:
+        yield
+        return
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _measure_trial(trial, measurer, kernel, shape, rng, lock=None) -> float:
     try:
-        result = measurer(kernel, *shape, rng)
+        kernel.compile()  # outside the lock: other workers measure meanwhile
+        with _exclusive(lock):
+            result = measurer(kernel, *shape, rng)
     except Exception as error:  # compile or launch failure: this config's verdict
         trial.set_user_attr("error", f"{type(error).__name__}: {error}"[:1000])
         raise TrialFailed(str(error)) from error
@@ -291,8 +367,6 @@ class _Progress:
         )
         self.task = self.progress.add_task("tune", total=total, completed=done, status="")
         self.deadline = time.monotonic() + timeout if timeout else None
-        self.best = 0.0
-        self.failed = 0
 
     def __enter__(self):
         self.progress.__enter__()
@@ -302,15 +376,17 @@ class _Progress:
         return self.progress.__exit__(*exc)
 
     def update(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        if trial.state not in MEASURED or "repeat_of" in trial.user_attrs:
-            return
-        if trial.state == TrialState.FAIL:
-            self.failed += 1
-            last = "failed"
-        else:
-            self.best = max(self.best, trial.value)
-            last = f"{trial.value:,.4g}"
-        status = f"last {last}  best {self.best:,.4g} GFLOPS  failed {self.failed}"
+        """After each trial of this process."""
+        if trial.state in MEASURED and "repeat_of" not in trial.user_attrs:
+            self.show(study)
+
+    def show(self, study: optuna.Study) -> None:
+        """Read the study (also what worker processes wrote) and redraw."""
+        measured = measured_trials(study)
+        done = [t for t in measured if t.state == TrialState.COMPLETE]
+        best = max((t.value for t in done), default=0.0)
+        last = f"{done[-1].value:,.4g}" if done else "-"
+        status = f"last {last}  best {best:,.4g} GFLOPS  failed {len(measured) - len(done)}"
         if self.deadline:
             status += f"  timeout in {max(0, self.deadline - time.monotonic()):.0f}s"
-        self.progress.update(self.task, advance=1, status=status)
+        self.progress.update(self.task, completed=len(measured), status=status)

@@ -152,3 +152,19 @@ def test_repeated_proposals_are_not_remeasured_and_a_small_space_ends_the_search
     assert len(set(searched)) == 9 and len(replay.calls) == 9 + FINALISTS
     repeats = [t for t in load(result).trials if "repeat_of" in t.user_attrs]
     assert all(t.value == load(result).trials[t.user_attrs["repeat_of"]].value for t in repeats)
+
+
+def test_worker_processes_share_one_study():
+    """Two spawned workers (each its own simulator 'GPU') search one study; measuring is locked."""
+    result = run(Replay(default=10.0), trials=6, jobs=2)
+    study = load(result)
+    measured = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and "repeat_of" not in t.user_attrs]
+    assert result.trials == len(measured) and 6 <= len(measured) <= 7  # each worker may finish one in flight
+    assert len({t.number for t in measured}) == len(measured)
+    assert all(t.user_attrs["median_ms"] > 0 for t in measured)
+    assert Cache().get("simulator", "float32", *SHAPE)["trials"] == result.trials
+
+
+def test_jobs_must_be_positive():
+    with pytest.raises(TuneError, match="--jobs must be at least 1"):
+        run(Replay(), jobs=0)
