@@ -62,6 +62,7 @@ def tune(
     storage: Optional[str] = typer.Option(None, help="Optuna storage URL; default a journal file beside the cache."),
     seed: int = typer.Option(0, help="Seed of the sampler and of the random inputs."),
     jobs: int = typer.Option(1, help="Worker processes sharing the GPU: they compile in parallel, measure one at a time."),
+    trial_timeout: float = typer.Option(300, help="Fail a trial (and stop its measuring process) after this many seconds."),
     simulate: bool = typer.Option(False, help="Run on the CPU under Numba's CUDA simulator (tiny shapes)."),
 ):
     """Search kernel configs for one shape; cache and print the verified best."""
@@ -70,7 +71,7 @@ def tune(
         from autotune.cache import CacheError
         from autotune.tuner import TuneError, tune as run
 
-        result = run(m, n, k, dtype, trials, timeout, family, sampler, storage, seed, jobs=jobs)
+        result = run(m, n, k, dtype, trials, timeout, family, sampler, storage, seed, jobs=jobs, trial_timeout=trial_timeout)
     except (UserError, TuneError, CacheError) as error:
         _fail(error)
     row = result.row

@@ -8,9 +8,11 @@ GFLOPS = 2*M*N*K / seconds. Under the simulator the timings are host wall time a
 
 from __future__ import annotations
 
+import fcntl
 import math
 import platform
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Callable
 
@@ -204,22 +206,40 @@ class Measurement:
 
 
 def measure(
-    kernel: Kernel, m: int, n: int, k: int, rng: np.random.Generator, warmup: int = 3, repeat: int = 20
+    kernel: Kernel, m: int, n: int, k: int, rng: np.random.Generator, warmup: int = 3, repeat: int = 20,
+    lock: str | None = None,
 ) -> Measurement:
-    """Verify, then (only if correct) time `kernel` at (M, N, K) on fresh random inputs."""
+    """Compile, then verify and (only if correct) time `kernel` at (M, N, K) on fresh random
+    inputs. With `lock` (a file path) the GPU part holds that lock: processes sharing a GPU
+    compile in parallel but never time at once."""
     from numba import cuda
 
     started = time.perf_counter()
     kernel.compile()
     compile_s = time.perf_counter() - started
-    verification = verify(kernel, m, n, k, rng)
-    if not verification.ok:
-        return Measurement(verification, None, 0.0, compile_s)
-    A, B = random_inputs(m, n, k, kernel.dtype, rng)
-    dA, dB = cuda.to_device(A), cuda.to_device(B)
-    dC = cuda.device_array((m, n), dtype=A.dtype)
-    timing = time_launches(lambda: kernel.launch(dA, dB, dC), warmup, repeat)
+    with exclusive(lock):
+        verification = verify(kernel, m, n, k, rng)
+        if not verification.ok:
+            return Measurement(verification, None, 0.0, compile_s)
+        A, B = random_inputs(m, n, k, kernel.dtype, rng)
+        dA, dB = cuda.to_device(A), cuda.to_device(B)
+        dC = cuda.device_array((m, n), dtype=A.dtype)
+        timing = time_launches(lambda: kernel.launch(dA, dB, dC), warmup, repeat)
     return Measurement(verification, timing, timing.gflops(m, n, k), compile_s)
+
+
+@contextmanager
+def exclusive(lock: str | None):
+    """Hold the file lock `lock` (nothing if None)."""
+    if lock is None:
+        yield
+        return
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def cublas_matmul() -> Callable | None:

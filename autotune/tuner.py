@@ -9,12 +9,10 @@ the cache, which keeps it only if it beats the row already there.
 
 from __future__ import annotations
 
-import fcntl
 import importlib.util
 import multiprocessing
 import time
 import warnings
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -25,6 +23,7 @@ from optuna.trial import TrialState
 
 import kernels
 from autotune.cache import Cache, nearest_rows, shipped_rows
+from autotune.isolation import Isolated
 from autotune.measure import Measurement, device_info, measure, versions
 from autotune.space import (
     DEFAULT_FAMILY,
@@ -46,7 +45,8 @@ MEASURED = (TrialState.COMPLETE, TrialState.FAIL)
 PROPOSALS_PER_TRIAL = 50  # give up if the sampler keeps proposing infeasible or measured configs
 
 
-#: measure(kernel, m, n, k, rng, repeat=...) -> Measurement; tests pass one that replays recorded results
+#: measure(kernel, m, n, k, rng, repeat=..., lock=...) -> Measurement; by default autotune.measure.measure
+#: in an isolated child process; tests pass one that replays recorded results
 Measurer = Callable[..., Measurement]
 
 
@@ -153,7 +153,17 @@ def _work(search: _Search, name: str, spec: str, sampler: str, seed: int | None,
     """A worker process: its own CUDA context, the shared study."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.load_study(study_name=name, storage=open_storage(spec), sampler=make_sampler(sampler, seed))
-    search.run(study, goal, timeout)
+    try:
+        search.run(study, goal, timeout)
+    finally:
+        _close(search.measurer)
+
+
+def _close(measurer) -> None:
+    """Stop the measuring child process of an isolated measurer."""
+    close = getattr(measurer, "close", None)
+    if close is not None:
+        close()
 
 
 def tune(
@@ -169,16 +179,21 @@ def tune(
     seed: int | None = 0,
     cache_path: Path | str | None = None,
     show_progress: bool = True,
-    measurer: Measurer = measure,
+    measurer: Measurer | None = None,
     jobs: int = 1,
+    trial_timeout: float = 300.0,
 ) -> TuneResult:
     """Run or resume the study for (this device, dtype, M, N, K) until it holds `trials` measured
     trials (or `timeout` seconds pass), then re-time the best and write the winner to the cache.
     With jobs > 1, that many worker processes share the study and the GPU: they compile in
-    parallel and measure one at a time."""
+    parallel and measure one at a time. By default each trial is measured in a child process
+    (autotune.isolation), so a kernel that faults or runs past `trial_timeout` seconds fails its
+    trial and nothing else."""
     families = list(families or FAMILY_NAMES)
-    _check_request(m, n, k, dtype, trials, jobs, families)
+    _check_request(m, n, k, dtype, trials, jobs, trial_timeout, families)
     started = time.perf_counter()
+    if measurer is None:
+        measurer = Isolated(measure, trial_timeout)
     info = device_info()
     limits = device_limits()
     cache = Cache(cache_path)
@@ -209,6 +224,7 @@ def tune(
         row = _finalists_row(study, measurer, (m, n, k), dtype, info, seed)
     finally:
         optuna.logging.set_verbosity(verbosity)
+        _close(measurer)
     measured = measured_trials(study)
     written = False
     if row is not None:
@@ -221,7 +237,7 @@ def tune(
     )
 
 
-def _check_request(m, n, k, dtype, trials, jobs, families) -> None:
+def _check_request(m, n, k, dtype, trials, jobs, trial_timeout, families) -> None:
     if min(m, n, k) < 1:
         raise TuneError(f"M, N and K must be positive, got {m}x{n}x{k}")
     if dtype not in kernels.DTYPES:
@@ -230,6 +246,8 @@ def _check_request(m, n, k, dtype, trials, jobs, families) -> None:
         raise TuneError("--trials must be at least 1")
     if jobs < 1:
         raise TuneError("--jobs must be at least 1")
+    if trial_timeout <= 0:
+        raise TuneError("--trial-timeout must be positive")
     unknown = [f for f in families if f not in FAMILY_NAMES]
     if unknown:
         raise TuneError(f"unknown kernel family {unknown[0]!r}; known: {', '.join(FAMILY_NAMES)}")
@@ -287,25 +305,9 @@ def _run_workers(search, jobs, name, spec, sampler, seed, goal, timeout, study, 
         raise TuneError(f"{len(crashed)} worker process(es) died (exit codes {crashed}); the study keeps their trials")
 
 
-@contextmanager
-def _exclusive(lock: str | None):
-    """Hold `lock` (a file) while measuring, so workers sharing a GPU never time at once."""
-    if lock is None:
-        yield
-        return
-    with open(lock, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _measure_trial(trial, measurer, kernel, shape, rng, lock=None) -> float:
     try:
-        kernel.compile()  # outside the lock: other workers measure meanwhile
-        with _exclusive(lock):
-            result = measurer(kernel, *shape, rng)
+        result = measurer(kernel, *shape, rng, lock=lock)
     except Exception as error:  # compile or launch failure: this config's verdict
         trial.set_user_attr("error", f"{type(error).__name__}: {error}"[:1000])
         raise TrialFailed(str(error)) from error

@@ -24,7 +24,7 @@ class Replay:
         self.crash, self.wrong = crash, wrong  # containers of config keys
         self.calls: list[str] = []
 
-    def __call__(self, kernel, m, n, k, rng, warmup=3, repeat=20) -> Measurement:
+    def __call__(self, kernel, m, n, k, rng, warmup=3, repeat=20, lock=None) -> Measurement:
         key = config_key(kernel.family, kernel.config)
         self.calls.append(key)
         if key in self.crash:

@@ -1,0 +1,111 @@
+"""Measuring in a child process, so a faulting or hanging kernel costs one trial, not the study.
+
+An illegal memory access poisons the CUDA context of the process it happens in: every later CUDA
+call there fails. So the tuner hands each trial to a child process (its own CUDA context) by
+default. When the measurement raises, the child dies, or no answer comes within the time limit,
+the trial fails with that reason, the child is stopped, and the next trial gets a fresh one.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from typing import Callable
+
+import numpy as np
+
+from autotune.measure import Measurement, measure
+
+START_TIMEOUT_S = 120.0  # importing numba and creating a CUDA context in a new process
+
+
+class MeasureFailed(RuntimeError):
+    """The measurement of one config failed in its child process (raised, died or hung)."""
+
+
+def _serve(connection, measure_fn: Callable) -> None:
+    """The child: build and measure what the parent sends, until told to stop or an error."""
+    import kernels
+
+    connection.send("ready")
+    while True:
+        request = connection.recv()
+        if request is None:
+            return
+        family, config, dtype, shape, seed, warmup, repeat, lock = request
+        try:
+            kernel = kernels.build(family, config, dtype)
+            rng = np.random.default_rng(seed)
+            result = measure_fn(kernel, *shape, rng, warmup=warmup, repeat=repeat, lock=lock)
+        except Exception as error:  # the context may be poisoned: report, then make way for a fresh child
+            connection.send(("error", f"{type(error).__name__}: {error}"))
+            return
+        connection.send(("ok", result))
+
+
+class Isolated:
+    """A measurer (like autotune.measure.measure) that runs `measure_fn` in a child process and
+    fails the trial after `timeout_s` seconds without an answer."""
+
+    def __init__(self, measure_fn: Callable = measure, timeout_s: float = 300.0):
+        self.measure_fn = measure_fn
+        self.timeout_s = timeout_s
+        self._process = None
+        self._connection = None
+
+    def __call__(self, kernel, m, n, k, rng, warmup=3, repeat=20, lock=None) -> Measurement:
+        connection = self._child()
+        seed = int(rng.integers(2**63))
+        connection.send((kernel.family, kernel.config, kernel.dtype, (m, n, k), seed, warmup, repeat, lock))
+        if not connection.poll(self.timeout_s):
+            self.close()
+            raise MeasureFailed(f"no result within {self.timeout_s:g} s: the measuring process was killed")
+        try:
+            status, payload = connection.recv()
+        except EOFError:
+            code = self._stop()
+            raise MeasureFailed(f"the measuring process died (exit code {code})") from None
+        if status == "error":
+            self._stop()
+            raise MeasureFailed(payload)
+        return payload
+
+    def _child(self):
+        if self._process is not None and self._process.is_alive():
+            return self._connection
+        self.close()
+        context = multiprocessing.get_context("spawn")  # a CUDA context must not be forked
+        self._connection, child_end = context.Pipe()
+        self._process = context.Process(target=_serve, args=(child_end, self.measure_fn), daemon=True)
+        self._process.start()
+        child_end.close()
+        if not self._connection.poll(START_TIMEOUT_S) or self._connection.recv() != "ready":
+            self.close()
+            raise MeasureFailed("the measuring process did not start")
+        return self._connection
+
+    def _stop(self) -> int | None:
+        """Wait for a child that is exiting by itself; return its exit code."""
+        process = self._process
+        if process is not None:
+            process.join(10)
+        code = process.exitcode if process is not None else None
+        self.close()
+        return code
+
+    def close(self) -> None:
+        """Stop the child, if any."""
+        if self._process is not None:
+            if self._process.is_alive():
+                try:
+                    self._connection.send(None)
+                except (BrokenPipeError, OSError):
+                    pass
+                self._process.join(1)
+            if self._process.is_alive():
+                self._process.kill()
+                self._process.join()
+        self._process = self._connection = None
+
+    def __getstate__(self):
+        """Worker processes get the settings, not the child: each starts its own."""
+        return {"measure_fn": self.measure_fn, "timeout_s": self.timeout_s, "_process": None, "_connection": None}
