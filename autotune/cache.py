@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
+import sqlite3
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -53,19 +56,31 @@ class Cache:
     def __init__(self, path: Path | str | None = None):
         self.path = Path(path) if path else default_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self.db = sqlite_utils.Database(self.path)
-            self.db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            others = self.db.table_names()
-            if others and TABLE not in others:
-                raise CacheError(f"{self.path} holds other tables ({', '.join(others)}): not an mmtune cache")
-            self.db.enable_wal()
-            self.table = self.db.table(TABLE)
-            self.table.create(COLUMNS, pk=KEY, not_null=set(REQUIRED), if_not_exists=True)
-        except CacheError:
-            raise
-        except Exception as error:  # sqlite3.DatabaseError and friends
-            raise CacheError(f"{self.path} is not a usable mmtune cache ({error})") from None
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        while True:
+            try:
+                self.db = sqlite_utils.Database(sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000))
+                self.table = self.db.table(TABLE)
+                self._prepare()
+                return
+            except sqlite3.OperationalError as error:
+                # Switching to WAL or creating the table while other processes do the same can
+                # fail at once with "locked" (SQLite returns BUSY without waiting to avoid a
+                # deadlock): try again shortly.
+                if "locked" not in str(error) or time.monotonic() > deadline:
+                    raise CacheError(f"{self.path} is not a usable mmtune cache ({error})") from None
+                time.sleep(random.uniform(0.01, 0.1))
+            except CacheError:
+                raise
+            except sqlite3.DatabaseError as error:  # not a database, corrupt
+                raise CacheError(f"{self.path} is not a usable mmtune cache ({error})") from None
+
+    def _prepare(self) -> None:
+        others = self.db.table_names()
+        if others and TABLE not in others:
+            raise CacheError(f"{self.path} holds other tables ({', '.join(others)}): not an mmtune cache")
+        self.db.enable_wal()
+        self.table.create(COLUMNS, pk=KEY, not_null=set(REQUIRED), if_not_exists=True)
 
     def record(self, row: dict) -> bool:
         """Insert `row`, or replace the row of its key if `row` is faster. True if it was written."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib.util
 import multiprocessing
+import os
+import socket
 import time
 import warnings
 from dataclasses import dataclass
@@ -43,6 +45,7 @@ FINALISTS = 3
 FINAL_LAUNCHES = 50
 MEASURED = (TrialState.COMPLETE, TrialState.FAIL)
 PROPOSALS_PER_TRIAL = 50  # give up if the sampler keeps proposing infeasible or measured configs
+_OWNER = f"{socket.gethostname()}:{os.getpid()}"  # who runs a trial: to tell abandoned ones
 
 
 #: measure(kernel, m, n, k, rng, repeat=..., lock=...) -> Measurement; by default autotune.measure.measure
@@ -122,6 +125,7 @@ class _Search:
 
     def objective(self, study: optuna.Study):
         def objective(trial: optuna.Trial) -> float:
+            trial.set_user_attr("owner", _OWNER)
             family, config = suggest(trial, self.families, self.dtype)
             reason = infeasibility(family, config, self.dtype, self.limits)
             if reason:
@@ -202,10 +206,12 @@ def tune(
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # failed trials are reported by us
     try:
+        storage_obj = open_storage(spec)
         study = optuna.create_study(
-            study_name=name, storage=open_storage(spec), sampler=make_sampler(sampler, seed),
+            study_name=name, storage=storage_obj, sampler=make_sampler(sampler, seed),
             direction="maximize", load_if_exists=True,
         )
+        fail_abandoned_trials(study, optuna.storages.get_storage(storage_obj))
         if not study.trials:
             study.set_user_attr("shape", [m, n, k])
             study.set_user_attr("dtype", dtype)
@@ -255,7 +261,34 @@ def _check_request(m, n, k, dtype, trials, jobs, trial_timeout, families) -> Non
 
 def measured_trials(study: optuna.Study) -> list:
     """Trials that ran a config for the first time (complete or failed): what --trials counts."""
-    return [t for t in study.get_trials(deepcopy=False, states=MEASURED) if "repeat_of" not in t.user_attrs]
+    return [
+        t for t in study.get_trials(deepcopy=False, states=MEASURED)
+        if "repeat_of" not in t.user_attrs and "abandoned" not in t.user_attrs
+    ]
+
+
+def fail_abandoned_trials(study: optuna.Study, storage) -> int:
+    """Mark FAIL the RUNNING trials whose process on this host has ended (killed, say): journal
+    storage has no heartbeat to do it. Returns how many."""
+    host = socket.gethostname()
+    abandoned = 0
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        owner_host, _, pid = trial.user_attrs.get("owner", "").rpartition(":")
+        if owner_host == host and pid.isdigit() and not _alive(int(pid)):
+            storage.set_trial_user_attr(trial._trial_id, "abandoned", f"process {pid} ended during the trial")
+            storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+            abandoned += 1
+    return abandoned
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _same_params(study: optuna.Study, trial: optuna.Trial):

@@ -1,0 +1,84 @@
+"""Many processes on one cache and one study journal: no "database is locked", no row lost, the
+fastest row kept per key, every trial recorded once."""
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+
+from autotune.cache import Cache
+from autotune.tuner import open_storage, study_name
+
+TESTS = str(Path(__file__).parent)
+KEYS = [(64, 64, 64), (128, 64, 64), (64, 128, 32)]
+
+RECORDER = """
+import random, sys
+from autotune.cache import Cache
+worker, keys = int(sys.argv[1]), eval(sys.argv[2])
+rng = random.Random(worker)
+cache = Cache()
+for i in range(60):
+    m, n, k = keys[i % len(keys)]
+    cache.record(dict(device="GPU", dtype="float32", m=m, n=n, k=k, family="shared",
+                      params={"tpb": 16, "pad": worker % 3}, gflops=rng.uniform(1, 1000)))
+"""
+
+TUNER = """
+import sys
+sys.path.insert(0, sys.argv[4])
+from replay import Replay, config_key
+from autotune.space import feasible_configs, DeviceLimits
+from autotune.tuner import tune
+table = {config_key("shared", c): 10.0 * c["tpb"] + c["pad"] for c in feasible_configs("shared", "float32", DeviceLimits())}
+m, n, k = (int(x) for x in sys.argv[1:4])
+tune(m, n, k, trials=5, families=["shared"], sampler="random", seed=int(sys.argv[5]), show_progress=False,
+     measurer=Replay(table))
+"""
+
+
+def spawn(script, *args):
+    return subprocess.Popen([sys.executable, "-c", script, *map(str, args)], env=os.environ,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(processes):
+    for p in processes:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-2000:]
+        assert "database is locked" not in err
+
+
+def test_eight_writers_keep_the_fastest_row_of_every_key(isolated_cache):
+    finish([spawn(RECORDER, worker, repr(KEYS)) for worker in range(8)])
+    expected = {}
+    import random
+
+    for worker in range(8):
+        rng = random.Random(worker)
+        for i in range(60):
+            key = KEYS[i % len(KEYS)]
+            expected[key] = max(expected.get(key, 0), rng.uniform(1, 1000))
+    rows = {(r["m"], r["n"], r["k"]): r["gflops"] for r in Cache().rows()}
+    assert rows == expected
+    assert sqlite3.connect(isolated_cache).execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def test_eight_tuners_on_shared_and_separate_shapes(isolated_cache):
+    shapes = [(8, 8, 8)] * 4 + [(9, 8, 8), (8, 9, 8), (8, 8, 9), (7, 7, 7)]
+    finish([spawn(TUNER, *shape, TESTS, seed) for seed, shape in enumerate(shapes)])
+    rows = {(r["m"], r["n"], r["k"]): r for r in Cache().rows()}
+    assert set(rows) == set(shapes)
+    storage = open_storage(str(isolated_cache.parent / "studies.journal"))
+    for shape in set(shapes):
+        study = optuna.load_study(study_name=study_name("simulator", "float32", *shape), storage=storage)
+        numbers = [t.number for t in study.trials]
+        assert len(numbers) == len(set(numbers)) and all(t.state.is_finished() for t in study.trials)
+        best = max(t.value for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE)
+        assert rows[shape]["gflops"] == best
+    shared = optuna.load_study(study_name=study_name("simulator", "float32", 8, 8, 8), storage=storage)
+    assert len(shared.trials) >= 5  # four tuners resumed one study
+    assert sqlite3.connect(isolated_cache).execute("PRAGMA integrity_check").fetchone() == ("ok",)
