@@ -82,6 +82,9 @@ class Cache:
         self.db.enable_wal()
         self.table.create(COLUMNS, pk=KEY, not_null=set(REQUIRED), if_not_exists=True)
 
+    def close(self) -> None:
+        self.db.close()
+
     def record(self, row: dict) -> bool:
         """Insert `row`, or replace the row of its key if `row` is faster. True if it was written."""
         missing = [c for c in REQUIRED if row.get(c) is None]
@@ -120,6 +123,38 @@ class Cache:
     def nearest(self, device: str, dtype: str, m: int, n: int, k: int, count: int = 1) -> list[tuple[float, dict]]:
         """The `count` tuned shapes closest to (m, n, k) by `shape_distance`, nearest first."""
         return nearest_rows(self.rows(device, dtype), (m, n, k), count)
+
+
+def check_file(path: Path) -> list[str]:
+    """What is wrong with the cache file at `path`; an empty list if nothing is."""
+    if not path.exists():
+        return []
+    try:
+        cache = Cache(path)
+        result = [row[0] for row in cache.db.execute("PRAGMA integrity_check").fetchall()]
+    except (CacheError, sqlite3.DatabaseError) as error:
+        return [str(error)]
+    problems = [] if result == ["ok"] else [f"integrity check: {line}" for line in result]
+    for row in cache.table.rows:
+        try:
+            json.loads(row["params"])
+        except (TypeError, ValueError):
+            problems.append(f"row {row['device']} {row['dtype']} {row['m']}x{row['n']}x{row['k']}: params are not JSON")
+    return problems
+
+
+def set_aside(path: Path) -> Path | None:
+    """Rename a damaged cache file (and its WAL files) to <name>.bad-<time>, so the next use
+    starts a fresh one and nothing is deleted. Returns the new name, or None if there was no file."""
+    if not path.exists():
+        return None
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    target = path.with_name(f"{path.name}.bad-{stamp}")
+    for suffix in ("", "-wal", "-shm"):
+        source = path.with_name(path.name + suffix)
+        if source.exists():
+            source.rename(target.with_name(target.name + suffix))
+    return target
 
 
 def shipped_rows(device: str, dtype: str, directory: Path | None = None) -> list[dict]:

@@ -24,7 +24,10 @@ class UserError(Exception):
 
 
 def _fail(error: Exception) -> None:
-    typer.echo(f"error: {error}", err=True)
+    hint = ""
+    if type(error).__name__ == "CacheError":
+        hint = "; `mmtune cache check` says more, `mmtune cache reset` sets the file aside"
+    typer.echo(f"error: {error}{hint}", err=True)
     raise typer.Exit(2)
 
 
@@ -166,6 +169,33 @@ def bench(
     Console(width=200).print(table)
     if result["geomean_ratio"]:
         typer.echo(f"geometric mean of tuned / cuBLAS: {result['geomean_ratio']:.3f} on {result['device']}")
+
+
+cache_app = typer.Typer(help="Check the cache file, or set a damaged one aside and start fresh.", no_args_is_help=True)
+app.add_typer(cache_app, name="cache")
+
+
+@cache_app.command("check")
+def cache_check():
+    """Check the cache file (MMTUNE_CACHE): SQLite integrity, the mmtune table, every row's params."""
+    from autotune.cache import check_file, default_path
+
+    path = default_path()
+    problems = check_file(path)
+    for problem in problems:
+        typer.echo(problem, err=True)
+    if problems:
+        raise typer.Exit(1)
+    typer.echo(f"ok: {path}" if path.exists() else f"no cache yet at {path}")
+
+
+@cache_app.command("reset")
+def cache_reset():
+    """Rename the cache file to <name>.bad-<time> (nothing is deleted); the next use starts fresh."""
+    from autotune.cache import default_path, set_aside
+
+    moved = set_aside(default_path())
+    typer.echo(f"moved {default_path()} to {moved}" if moved else f"no cache at {default_path()}")
 
 
 @app.command()

@@ -157,6 +157,7 @@ def _host_matmul(A: np.ndarray, B: np.ndarray, out):
     m, n, k, dtype = _product_shape(A, B)
     if out is not None and (not isinstance(out, np.ndarray) or out.shape != (m, n) or out.dtype != A.dtype):
         raise OperandError(f"out must be a {m}x{n} NumPy array of {dtype}")
+    require_device_memory((m * k + k * n + m * n) * A.dtype.itemsize)
     dC = cuda.device_array((m, n), A.dtype)
     kernel_for(lookup(m, n, k, dtype), dtype)(
         cuda.to_device(np.ascontiguousarray(A)), cuda.to_device(np.ascontiguousarray(B)), dC
@@ -190,8 +191,20 @@ def _device_view(x, name: str):
     raise OperandError(f"{name} is a {type(x).__name__}: expected a NumPy array or a CUDA device array")
 
 
+def free_device_memory() -> float:
+    return cuda.current_context().get_memory_info().free
+
+
+def require_device_memory(nbytes: int) -> None:
+    """Refuse, with a clear error, a product that cannot fit in the GPU's free memory."""
+    free = free_device_memory()
+    if nbytes > free:
+        raise OperandError(f"the product needs {nbytes / 2**30:.2f} GiB on the GPU; {free / 2**30:.2f} GiB is free")
+
+
 def _empty_like(A, shape, dtype):
     """A new device array of the same kind as A (CuPy, PyTorch, else Numba)."""
+    require_device_memory(shape[0] * shape[1] * np.dtype(dtype).itemsize)
     module = type(A).__module__.split(".")[0]
     if module == "cupy":
         import cupy

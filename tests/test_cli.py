@@ -94,3 +94,19 @@ def test_a_corrupt_cache_is_reported_not_overwritten(isolated_cache):
     assert result.exit_code == 2
     assert result.stderr.startswith(f"error: {isolated_cache} is not a usable mmtune cache")
     assert isolated_cache.read_bytes() == b"garbage" * 500
+
+
+def test_cache_check_and_reset_set_a_damaged_file_aside(isolated_cache):
+    assert invoke("cache", "check").stdout == f"no cache yet at {isolated_cache}\n"
+    cache = Cache()
+    cache.record(ROW)
+    cache.close()  # an open connection would checkpoint its WAL into the file set aside below
+    assert invoke("cache", "check").stdout == f"ok: {isolated_cache}\n"
+    isolated_cache.write_bytes(b"garbage" * 500)
+    checked = invoke("cache", "check")
+    assert checked.exit_code == 1 and "is not a usable mmtune cache" in checked.stderr
+    assert "`mmtune cache reset` sets the file aside" in invoke("best").stderr
+    reset = invoke("cache", "reset")
+    moved = list(isolated_cache.parent.glob("cache.db.bad-*"))
+    assert reset.stdout == f"moved {isolated_cache} to {moved[0]}\n" and moved[0].read_bytes() == b"garbage" * 500
+    assert json.loads(invoke("best", "--json").stdout) == []

@@ -3,13 +3,18 @@ import json
 import numpy as np
 import pytest
 from conftest import ON_GPU
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from numba import cuda
+from test_kernels import PROPERTY_CONFIGS
+
+import kernels
 
 import autotune
 import autotune.cache
 from autotune import runtime
 from autotune.cache import Cache
-from autotune.measure import random_inputs, reference, relative_error
+from autotune.measure import error_bound, random_inputs, reference, relative_error
 from kernels import OperandError
 
 DEVICE = runtime._device()
@@ -26,7 +31,7 @@ def check(C, A, B):
     if A.dtype.kind == "i":
         np.testing.assert_array_equal(C, ref)
     else:
-        assert relative_error(C, ref) < 1e-5
+        assert relative_error(C, ref) <= error_bound(A.dtype.name, A.shape[1])
 
 
 def test_lookup_says_exact_nearest_or_default():
@@ -160,3 +165,44 @@ def test_empty_products(rng):
     C = autotune.matmul(cuda.to_device(np.ones((0, 4), np.float32)), cuda.to_device(np.ones((4, 3), np.float32)))
     assert C.shape == (0, 3)
     np.testing.assert_array_equal(autotune.matmul(np.ones((2, 0), np.float32), np.ones((0, 3), np.float32)), np.zeros((2, 3)))
+
+
+def test_products_too_large_for_the_gpu_are_refused(monkeypatch):
+    monkeypatch.setattr(runtime, "free_device_memory", lambda: 2**20)
+    with pytest.raises(OperandError, match="the product needs 0.00 GiB on the GPU; 0.00 GiB is free"):
+        autotune.matmul(np.ones((300, 300), np.float32), np.ones((300, 300), np.float32))
+    with pytest.raises(OperandError, match="needs .* GiB on the GPU"):
+        autotune.matmul(cuda.to_device(np.ones((600, 2), np.float32)), cuda.to_device(np.ones((2, 600), np.float32)))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_nan_and_inf_propagate_as_numpy_does(bad, rng):
+    tuned(7, 9, 5)
+    A, B = random_inputs(7, 9, 5, "float32", rng)
+    A[2, 3] = bad
+    B[1, 4] = bad
+    C = autotune.matmul(A, B)
+    expected = A.astype(np.float64) @ B.astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(C), np.isnan(expected))
+    np.testing.assert_array_equal(np.isinf(C), np.isinf(expected))
+    finite = np.isfinite(expected)
+    assert np.allclose(C[finite], expected[finite], rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_matmul_is_right_for_any_tuned_config_shape_dtype_and_input_kind(data, tmp_path_factory, monkeypatch):
+    family = data.draw(st.sampled_from(sorted(kernels.FAMILIES)), label="family")
+    dtype = data.draw(st.sampled_from(sorted(kernels.DTYPES)), label="dtype")
+    config = data.draw(st.sampled_from(PROPERTY_CONFIGS[family, dtype]), label="config")
+    m, n, k = (data.draw(st.integers(1, 24), label=d) for d in "mnk")
+    on_device = data.draw(st.booleans(), label="device arrays")
+    monkeypatch.setenv("MMTUNE_CACHE", str(tmp_path_factory.mktemp("cache") / "cache.db"))
+    tuned(m, n, k, dtype, family, config)
+    assert autotune.lookup(m, n, k, dtype).config == config
+    A, B = random_inputs(m, n, k, dtype, np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed")))
+    if on_device:
+        C = autotune.matmul(cuda.to_device(A), cuda.to_device(B)).copy_to_host()
+    else:
+        C = autotune.matmul(A, B)
+    check(C, A, B)
