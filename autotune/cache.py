@@ -140,6 +140,7 @@ def check_file(path: Path) -> list[str]:
             json.loads(row["params"])
         except (TypeError, ValueError):
             problems.append(f"row {row['device']} {row['dtype']} {row['m']}x{row['n']}x{row['k']}: params are not JSON")
+    cache.close()
     return problems
 
 

@@ -29,8 +29,8 @@ from autotune.isolation import Isolated
 from autotune.measure import Measurement, device_info, measure, versions
 from autotune.space import (
     DEFAULT_FAMILY,
-    config_of,
     FAMILY_NAMES,
+    config_of,
     default_config,
     device_limits,
     feasible_configs,
