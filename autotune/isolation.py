@@ -78,7 +78,11 @@ class Isolated:
         self._process = context.Process(target=_serve, args=(child_end, self.measure_fn), daemon=True)
         self._process.start()
         child_end.close()
-        if not self._connection.poll(START_TIMEOUT_S) or self._connection.recv() != "ready":
+        try:
+            ready = self._connection.poll(START_TIMEOUT_S) and self._connection.recv() == "ready"
+        except EOFError:
+            ready = False
+        if not ready:
             self.close()
             raise MeasureFailed("the measuring process did not start")
         return self._connection
