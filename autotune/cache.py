@@ -36,6 +36,10 @@ class CacheError(Exception):
     """The cache file cannot be used as it is."""
 
 
+class RecordsError(ValueError):
+    """A records file (the export format) is malformed."""
+
+
 def default_path() -> Path:
     """MMTUNE_CACHE, else cache.db in the platform's user cache directory."""
     env = os.environ.get("MMTUNE_CACHE")
@@ -90,6 +94,11 @@ class Cache:
         missing = [c for c in REQUIRED if row.get(c) is None]
         if missing:
             raise ValueError(f"cache row lacks {', '.join(missing)}")
+        written = self._upsert(row)
+        self.db.conn.commit()
+        return written
+
+    def _upsert(self, row: dict) -> bool:
         row = {c: row.get(c) for c in COLUMNS}
         if not isinstance(row["params"], str):
             row["params"] = json.dumps(row["params"], sort_keys=True)
@@ -101,7 +110,6 @@ class Cache:
             f"ON CONFLICT ({', '.join(KEY)}) DO UPDATE SET {updates} WHERE excluded.gflops > {TABLE}.gflops",
             [row[c] for c in COLUMNS],
         )
-        self.db.conn.commit()
         return cursor.rowcount > 0
 
     def rows(self, device: str | None = None, dtype: str | None = None, shape=None) -> list[dict]:
@@ -116,6 +124,13 @@ class Cache:
         found = self.table.rows_where(" AND ".join(where) or None, args, order_by="device, dtype, m, n, k")
         return [decode(row) for row in found]
 
+    def merge(self, rows: list[dict]) -> int:
+        """Import validated rows, keeping the faster row per key; returns how many were written.
+        Validation happens first, so a malformed file changes nothing."""
+        validate_records(rows)
+        with self.db.conn:
+            return sum(self._upsert(row) for row in rows)
+
     def get(self, device: str, dtype: str, m: int, n: int, k: int) -> dict | None:
         rows = self.rows(device, dtype, (m, n, k))
         return rows[0] if rows else None
@@ -123,6 +138,43 @@ class Cache:
     def nearest(self, device: str, dtype: str, m: int, n: int, k: int, count: int = 1) -> list[tuple[float, dict]]:
         """The `count` tuned shapes closest to (m, n, k) by `shape_distance`, nearest first."""
         return nearest_rows(self.rows(device, dtype), (m, n, k), count)
+
+
+def validate_records(rows) -> list[dict]:
+    """Rows of the export format (a JSON list of cache rows), checked; RecordsError if malformed."""
+    if not isinstance(rows, list):
+        raise RecordsError("expected a JSON list of cache rows")
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise RecordsError(f"row {i}: not an object")
+        for column in REQUIRED:
+            value = row.get(column)
+            kind = COLUMNS[column]
+            if column == "params":
+                ok = isinstance(value, dict)
+            elif kind is float:
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+            elif kind is int:
+                ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+            else:
+                ok = isinstance(value, str) and value != ""
+            if not ok:
+                raise RecordsError(f"row {i}: {column} is missing or invalid ({value!r})")
+        unknown = set(row) - set(COLUMNS)
+        if unknown:
+            raise RecordsError(f"row {i}: unknown fields {sorted(unknown)}")
+    return rows
+
+
+def read_records(path: Path) -> list[dict]:
+    try:
+        rows = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as error:
+        raise RecordsError(f"{path}: {error}") from None
+    try:
+        return validate_records(rows)
+    except RecordsError as error:
+        raise RecordsError(f"{path}: {error}") from None
 
 
 def check_file(path: Path) -> list[str]:

@@ -171,6 +171,40 @@ def bench(
         typer.echo(f"geometric mean of tuned / cuBLAS: {result['geomean_ratio']:.3f} on {result['device']}")
 
 
+@app.command("export")
+def export_records(
+    out: Optional[Path] = typer.Option(None, help="Write to this file instead of standard output."),
+    device: Optional[str] = typer.Option(None, help="Only rows of this device (as `mmtune best` names it)."),
+    dtype: Optional[str] = typer.Option(None, help=DTYPE_HELP),
+):
+    """Write cached rows as JSON: the format `mmtune import` reads and studies/*/records.json ship."""
+    try:
+        from autotune.cache import Cache, CacheError
+
+        text = json.dumps(Cache().rows(device=device, dtype=dtype), indent=1) + "\n"
+    except CacheError as error:
+        _fail(error)
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        out.write_text(text)
+
+
+@app.command("import")
+def import_records(
+    path: Path = typer.Argument(..., help="A JSON file written by `mmtune export` (or a studies/*/records.json)."),
+):
+    """Merge rows from a JSON file into the cache, keeping the faster row per key."""
+    try:
+        from autotune.cache import Cache, CacheError, RecordsError, read_records
+
+        rows = read_records(path)
+        written = Cache().merge(rows)
+    except (CacheError, RecordsError) as error:
+        _fail(error)
+    typer.echo(f"imported {len(rows)} rows from {path}: {written} written, {len(rows) - written} kept (the cache's were faster)")
+
+
 cache_app = typer.Typer(help="Check the cache file, or set a damaged one aside and start fresh.", no_args_is_help=True)
 app.add_typer(cache_app, name="cache")
 

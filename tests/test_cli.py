@@ -110,3 +110,43 @@ def test_cache_check_and_reset_set_a_damaged_file_aside(isolated_cache):
     moved = list(isolated_cache.parent.glob("cache.db.bad-*"))
     assert reset.stdout == f"moved {isolated_cache} to {moved[0]}\n" and moved[0].read_bytes() == b"garbage" * 500
     assert json.loads(invoke("best", "--json").stdout) == []
+
+
+def test_export_then_import_merges_keeping_the_faster_rows(tmp_path, monkeypatch):
+    Cache().record(ROW)
+    Cache().record({**ROW, "dtype": "float64", "gflops": 100.0})
+    exported = tmp_path / "rows.json"
+    assert invoke("export", "--out", exported).exit_code == 0
+    assert json.loads(exported.read_text()) == json.loads(invoke("export").stdout)
+    monkeypatch.setenv("MMTUNE_CACHE", str(tmp_path / "other" / "cache.db"))
+    Cache().record({**ROW, "gflops": 9000.0, "family": "register", "params": {"bm": 64}})
+    result = invoke("import", exported)
+    assert result.stdout == f"imported 2 rows from {exported}: 1 written, 1 kept (the cache's were faster)\n"
+    rows = {r["dtype"]: (r["family"], r["gflops"]) for r in Cache().rows()}
+    assert rows == {"float32": ("register", 9000.0), "float64": ("shared", 100.0)}
+
+
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ("not json", "Expecting value"),
+        ('{"rows": []}', "expected a JSON list of cache rows"),
+        ('[{"device": "GPU"}]', "row 0: dtype is missing or invalid (None)"),
+        (json.dumps([ROW, {**ROW, "gflops": -1}]), "row 1: gflops is missing or invalid (-1)"),
+        (json.dumps([{**ROW, "colour": "red"}]), "row 0: unknown fields ['colour']"),
+    ],
+)
+def test_import_refuses_a_malformed_file_and_leaves_the_cache_alone(tmp_path, content, message):
+    Cache().record(ROW)
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    result = invoke("import", bad)
+    assert result.exit_code == 2 and result.stderr.startswith(f"error: {bad}: ") and message in result.stderr
+    assert Cache().rows() == [ROW]
+
+
+def test_the_shipped_records_are_valid_exports():
+    from autotune.cache import SHIPPED_DIR, read_records
+
+    for path in SHIPPED_DIR.glob("*/records.json"):
+        assert read_records(path)
