@@ -45,6 +45,15 @@ def _gflops(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
+def _gpu_list(text: Optional[str]) -> Optional[list[int]]:
+    if text is None:
+        return None
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise UserError(f"--gpus takes GPU indices like 0,1; got {text!r}") from None
+
+
 def _shape(m: Optional[int], n: Optional[int], k: Optional[int]):
     given = [x is not None for x in (m, n, k)]
     if any(given) and not all(given):
@@ -66,6 +75,7 @@ def tune(
     seed: int = typer.Option(0, help="Seed of the sampler and of the random inputs."),
     jobs: int = typer.Option(1, help="Worker processes sharing the GPU: they compile in parallel, measure one at a time."),
     trial_timeout: float = typer.Option(300, help="Fail a trial (and stop its measuring process) after this many seconds."),
+    gpus: Optional[str] = typer.Option(None, help="GPU indices like 0,1: --jobs workers on each, all on one study."),
     simulate: bool = typer.Option(False, help="Run on the CPU under Numba's CUDA simulator (tiny shapes)."),
 ):
     """Search kernel configs for one shape; cache and print the verified best."""
@@ -74,7 +84,9 @@ def tune(
         from autotune.cache import CacheError
         from autotune.tuner import TuneError, tune as run
 
-        result = run(m, n, k, dtype, trials, timeout, family, sampler, storage, seed, jobs=jobs, trial_timeout=trial_timeout)
+        gpu_list = _gpu_list(gpus)
+        result = run(m, n, k, dtype, trials, timeout, family, sampler, storage, seed, jobs=jobs,
+                     trial_timeout=trial_timeout, gpus=gpu_list)
     except (UserError, TuneError, CacheError) as error:
         _fail(error)
     row = result.row

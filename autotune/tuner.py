@@ -15,7 +15,7 @@ import os
 import socket
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -126,6 +126,8 @@ class _Search:
     def objective(self, study: optuna.Study):
         def objective(trial: optuna.Trial) -> float:
             trial.set_user_attr("owner", _OWNER)
+            if "CUDA_VISIBLE_DEVICES" in os.environ:
+                trial.set_user_attr("gpu", os.environ["CUDA_VISIBLE_DEVICES"])
             family, config = suggest(trial, self.families, self.dtype)
             reason = infeasibility(family, config, self.dtype, self.limits)
             if reason:
@@ -153,8 +155,11 @@ class _Search:
         )
 
 
-def _work(search: _Search, name: str, spec: str, sampler: str, seed: int | None, goal: int, timeout) -> None:
-    """A worker process: its own CUDA context, the shared study."""
+def _work(search: _Search, name: str, spec: str, sampler: str, seed: int | None, goal: int, timeout,
+          gpu: int | None = None) -> None:
+    """A worker process: its own CUDA context (on `gpu`, if given), the shared study."""
+    if gpu is not None:  # before CUDA is initialized in this process (and its measuring child)
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.load_study(study_name=name, storage=open_storage(spec), sampler=make_sampler(sampler, seed))
     try:
@@ -186,15 +191,17 @@ def tune(
     measurer: Measurer | None = None,
     jobs: int = 1,
     trial_timeout: float = 300.0,
+    gpus: list[int] | None = None,
 ) -> TuneResult:
     """Run or resume the study for (this device, dtype, M, N, K) until it holds `trials` measured
     trials (or `timeout` seconds pass), then re-time the best and write the winner to the cache.
     With jobs > 1, that many worker processes share the study and the GPU: they compile in
-    parallel and measure one at a time. By default each trial is measured in a child process
+    parallel and measure one at a time. With `gpus`, `jobs` workers run on each of those GPUs
+    (of one model), each GPU with its own measuring lock. By default each trial is measured in a child process
     (autotune.isolation), so a kernel that faults or runs past `trial_timeout` seconds fails its
     trial and nothing else."""
     families = list(families or FAMILY_NAMES)
-    _check_request(m, n, k, dtype, trials, jobs, trial_timeout, families)
+    _check_request(m, n, k, dtype, trials, jobs, trial_timeout, gpus, families)
     started = time.perf_counter()
     if measurer is None:
         measurer = Isolated(measure, trial_timeout)
@@ -219,14 +226,15 @@ def tune(
         before = len(measured_trials(study))
         goal = min(trials, sum(len(feasible_configs(f, dtype, limits)) for f in families))
 
-        lock = str(cache.path.parent / "measure.lock") if jobs > 1 else None
-        search = _Search((m, n, k), dtype, families, seed, limits, measurer, lock)
+        search = _Search((m, n, k), dtype, families, seed, limits, measurer, None)
         if before < goal:
             with _Progress(show_progress, before, goal, timeout) as progress:
-                if jobs == 1:
+                if jobs == 1 and not gpus:
                     search.run(study, goal, timeout, [progress.update])
                 else:
-                    _run_workers(search, jobs, name, spec, sampler, seed, goal, timeout, study, progress)
+                    placement = [gpu for gpu in (gpus or [None]) for _ in range(jobs)]
+                    _run_workers(search, placement, cache.path.parent, name, spec, sampler, seed, goal, timeout,
+                                 study, progress)
         row = _finalists_row(study, measurer, (m, n, k), dtype, info, seed)
     finally:
         optuna.logging.set_verbosity(verbosity)
@@ -243,7 +251,7 @@ def tune(
     )
 
 
-def _check_request(m, n, k, dtype, trials, jobs, trial_timeout, families) -> None:
+def _check_request(m, n, k, dtype, trials, jobs, trial_timeout, gpus, families) -> None:
     if min(m, n, k) < 1:
         raise TuneError(f"M, N and K must be positive, got {m}x{n}x{k}")
     if dtype not in kernels.DTYPES:
@@ -252,6 +260,8 @@ def _check_request(m, n, k, dtype, trials, jobs, trial_timeout, families) -> Non
         raise TuneError("--trials must be at least 1")
     if jobs < 1:
         raise TuneError("--jobs must be at least 1")
+    if gpus is not None and (not gpus or min(gpus) < 0 or len(set(gpus)) != len(gpus)):
+        raise TuneError(f"--gpus needs distinct GPU indices, got {gpus}")
     if trial_timeout <= 0:
         raise TuneError("--trial-timeout must be positive")
     unknown = [f for f in families if f not in FAMILY_NAMES]
@@ -321,12 +331,14 @@ def _warm_start(study, cache, device, dtype, shape, families, limits) -> None:
             study.enqueue_trial(trial_params(family, config), skip_if_exists=True)
 
 
-def _run_workers(search, jobs, name, spec, sampler, seed, goal, timeout, study, progress) -> None:
+def _run_workers(search, placement, lock_dir, name, spec, sampler, seed, goal, timeout, study, progress) -> None:
+    """One worker process per entry of `placement` (a GPU index, or None for the current GPU)."""
     context = multiprocessing.get_context("spawn")  # a CUDA context must not be forked
-    workers = [
-        context.Process(target=_work, args=(search, name, spec, sampler, None if seed is None else seed + i, goal, timeout))
-        for i in range(jobs)
-    ]
+    workers = []
+    for i, gpu in enumerate(placement):
+        lock = str(lock_dir / ("measure.lock" if gpu is None else f"measure-gpu{gpu}.lock"))
+        args = (replace(search, lock=lock), name, spec, sampler, None if seed is None else seed + i, goal, timeout, gpu)
+        workers.append(context.Process(target=_work, args=args))
     for worker in workers:
         worker.start()
     while any(worker.is_alive() for worker in workers):

@@ -168,3 +168,27 @@ def test_worker_processes_share_one_study():
 def test_jobs_must_be_positive():
     with pytest.raises(TuneError, match="--jobs must be at least 1"):
         run(Replay(), jobs=0)
+
+
+class SlowReplay(Replay):
+    """Takes a moment per trial, so every worker gets some."""
+
+    def __call__(self, *args, **kwargs):
+        import time
+
+        time.sleep(0.3)
+        return super().__call__(*args, **kwargs)
+
+
+def test_one_worker_per_gpu_on_one_study():
+    result = run(SlowReplay(default=10.0), trials=8, gpus=[0, 1], families=["shared"], sampler="random")
+    study = load(result)
+    measured = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and "repeat_of" not in t.user_attrs]
+    assert 8 <= len(measured) <= 9  # each worker may finish one trial in flight
+    assert {t.user_attrs["gpu"] for t in measured} == {"0", "1"}
+    assert Cache().get("simulator", "float32", *SHAPE)["trials"] == result.trials
+
+
+def test_gpus_must_be_distinct_indices():
+    with pytest.raises(TuneError, match="--gpus needs distinct GPU indices, got \\[0, 0\\]"):
+        run(Replay(), gpus=[0, 0])
