@@ -183,6 +183,28 @@ def bench(
         typer.echo(f"geometric mean of tuned / cuBLAS: {result['geomean_ratio']:.3f} on {result['device']}")
 
 
+@app.command()
+def plot(
+    out: Path = typer.Option(Path("plots"), help="Directory for the PNG files."),
+    storage: Optional[str] = typer.Option(None, help="Optuna storage URL or journal file; default the one beside the cache."),
+    study: Optional[str] = typer.Option(None, help="Only this study (names as `mmtune tune` prints them)."),
+    bench: Optional[Path] = typer.Option(None, help="Also chart this bench.json (from `mmtune bench --out`)."),
+):
+    """Plot studies' optimization history and parameter importances, and a bench chart."""
+    try:
+        from autotune.cache import Cache, CacheError
+        from autotune.plots import plot_bench, plot_studies
+
+        spec = storage or str(Cache().path.parent / "studies.journal")
+        paths = plot_studies(spec, out, study)
+        if bench is not None:
+            paths.append(plot_bench(bench, out))
+    except (CacheError, KeyError, OSError, ValueError) as error:
+        _fail(error)
+    for path in paths:
+        typer.echo(str(path))
+
+
 @app.command("export")
 def export_records(
     out: Optional[Path] = typer.Option(None, help="Write to this file instead of standard output."),

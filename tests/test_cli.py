@@ -150,3 +150,20 @@ def test_the_shipped_records_are_valid_exports():
 
     for path in SHIPPED_DIR.glob("*/records.json"):
         assert read_records(path)
+
+
+def test_plot_draws_the_shipped_studies_and_a_bench_chart(tmp_path):
+    from pathlib import Path
+
+    h200 = Path(__file__).parent.parent / "studies" / "h200"
+    result = invoke("plot", "--out", tmp_path, "--storage", h200 / "studies.journal", "--bench", h200 / "bench.json")
+    assert result.exit_code == 0, result.output
+    written = sorted(Path(line).name for line in result.stdout.splitlines())
+    assert "mmtune_NVIDIA_H200_float32_4096x4096x4096-history.png" in written
+    assert "mmtune_NVIDIA_H200_float32_4096x4096x4096-importance.png" in written
+    assert written[0] == "bench.png" and all((tmp_path / name).read_bytes()[:4] == b"\x89PNG" for name in written)
+
+
+def test_plot_of_an_unknown_study_is_an_error(tmp_path):
+    result = invoke("plot", "--out", tmp_path, "--study", "nope")
+    assert result.exit_code == 2 and result.stderr.startswith("error: ")

@@ -1,0 +1,57 @@
+"""mmtune plot: a study's optimization history and parameter importances (Optuna's matplotlib
+visualizations, headless), and the chart of a bench result."""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from pathlib import Path
+
+import optuna
+
+from autotune.bench import chart
+from autotune.tuner import open_storage
+
+
+def plot_studies(spec: str, out_dir: Path, study: str | None = None) -> list[Path]:
+    """PNG files of every study in the storage `spec` (or just `study`): <name>-history.png and,
+    with at least two completed trials, <name>-importance.png."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from optuna.visualization import matplotlib as optuna_plots
+
+    storage = open_storage(spec)
+    names = [study] if study else optuna.get_all_study_names(storage)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        for name in names:
+            loaded = optuna.load_study(study_name=name, storage=storage)
+            done = loaded.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            plots = [("history", optuna_plots.plot_optimization_history)]
+            if len(done) >= 2:
+                plots.append(("importance", optuna_plots.plot_param_importances))
+            for kind, plot in plots if done else []:
+                axes = plot(loaded)
+                axes.figure.suptitle(name, fontsize=9)  # under it, Optuna's own title
+                path = out_dir / f"{_file_name(name)}-{kind}.png"
+                axes.figure.tight_layout()
+                axes.figure.savefig(path, dpi=110)
+                plt.close(axes.figure)
+                written.append(path)
+    return written
+
+
+def plot_bench(bench_json: Path, out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "bench.png"
+    chart(json.loads(bench_json.read_text()), path)
+    return path
+
+
+def _file_name(study_name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", study_name).strip("_")
