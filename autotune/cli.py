@@ -194,9 +194,9 @@ def plot(
     try:
         from autotune.cache import Cache, CacheError
         from autotune.plots import plot_bench, plot_studies
+        from autotune.tuner import storage_spec
 
-        spec = storage or str(Cache().path.parent / "studies.journal")
-        paths = plot_studies(spec, out, study)
+        paths = plot_studies(storage_spec(storage, Cache()), out, study)
         if bench is not None:
             paths.append(plot_bench(bench, out))
     except (CacheError, KeyError, OSError, ValueError) as error:
