@@ -54,6 +54,7 @@ class _Plan:
 _choices: dict[tuple, Choice] = {}
 _kernels: dict[tuple, Kernel] = {}
 _plans: dict[tuple, _Plan] = {}
+_shipped: dict[tuple, list[dict]] = {}  # studies/*/records.json rows per (device, dtype), read once
 
 
 def clear() -> None:
@@ -61,6 +62,7 @@ def clear() -> None:
     _choices.clear()
     _kernels.clear()
     _plans.clear()
+    _shipped.clear()
     _device.cache_clear()
 
 
@@ -77,7 +79,9 @@ def _find(m: int, n: int, k: int, dtype: str) -> Choice:
     if dtype not in DTYPES:
         raise OperandError(f"unsupported dtype {dtype}; supported: {', '.join(DTYPES)}")
     device = _device()
-    for source, rows in (("cache", _cached_rows(device, dtype)), ("shipped", shipped_rows(device, dtype))):
+    if (device, dtype) not in _shipped:
+        _shipped[device, dtype] = shipped_rows(device, dtype)
+    for source, rows in (("cache", _cached_rows(device, dtype)), ("shipped", _shipped[device, dtype])):
         usable = [r for r in rows if _usable(r, dtype)]
         for distance, row in nearest_rows(usable, (m, n, k), 1):
             if distance <= NEAREST_MAX_DISTANCE:
@@ -96,10 +100,14 @@ def _device() -> str:
 
 def _cached_rows(device: str, dtype: str) -> list[dict]:
     try:
-        return Cache().rows(device, dtype)
+        cache = Cache()
     except CacheError as error:
         warnings.warn(f"mmtune: ignoring the cache: {error}", stacklevel=3)
         return []
+    try:
+        return cache.rows(device, dtype)
+    finally:
+        cache.close()
 
 
 def _usable(row: dict, dtype: str) -> bool:
