@@ -183,6 +183,65 @@ def bench(
         typer.echo(f"geometric mean of tuned / cuBLAS: {result['geomean_ratio']:.3f} on {result['device']}")
 
 
+def _ints(text: Optional[str], option: str) -> Optional[list[int]]:
+    if text is None:
+        return None
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) <= 0:
+        raise UserError(f"{option} takes positive integers like 8,16,32; got {text!r}")
+    return values
+
+
+@app.command()
+def sweep(
+    sizes: Optional[str] = typer.Option(None, help="Square sizes for the naive and shared tables; default the seed's 8,16,...,4096."),
+    blocks: Optional[str] = typer.Option(None, help="Square block edges for the naive and shared tables; default 8,16,32."),
+    elements: Optional[str] = typer.Option(None, help="Elements per thread for the register table, divisors of 32; default 1,2,4,8,16,32."),
+    register_size: int = typer.Option(1024, help="Square size of the register table."),
+    dtype: str = typer.Option("float32", help=DTYPE_HELP),
+    out: Optional[Path] = typer.Option(None, help="Directory for sweep.csv, sweep.json and sweep.png."),
+    simulate: bool = typer.Option(False, help="Run under Numba's CUDA simulator (tiny sizes; no cuBLAS)."),
+):
+    """Measure the seed study's tables on this GPU: GFLOPS by size and block, and by elements per thread."""
+    try:
+        _use_simulator(simulate)
+        from autotune.sweep import size_table, sweep as run
+
+        chosen = {"sizes": _ints(sizes, "--sizes"), "blocks": _ints(blocks, "--blocks"), "elements": _ints(elements, "--elements")}
+        result = run(
+            dtype, register_size=register_size, out_dir=out, progress=lambda text: typer.echo(f"measuring {text}", err=True),
+            **{name: values for name, values in chosen.items() if values is not None},
+        )
+    except (UserError, ValueError) as error:
+        _fail(error)
+    console = Console(width=200)
+    rows = result["rows"]
+    cublas = {r["m"]: r["cublas_gflops"] for r in rows}
+    for table, title in (("naive", "global memory (naive)"), ("shared", "shared memory (shared, pad 0)")):
+        table_sizes, table_blocks, grid = size_table(rows, table)
+        out_table = Table("size", *[f"{b}*{b}" for b in table_blocks], "cuBLAS", title=f"{title}, GFLOPS")
+        for size, line in zip(table_sizes, grid):
+            cells = [_gflops(v) if v else "NA" for v in line]
+            out_table.add_row(f"{size}*{size}*{size}", *cells, _gflops(cublas[size]) if cublas[size] else "-")
+        console.print(out_table)
+    register = [r for r in rows if r["table"] == "register"]
+    if register:
+        out_table = Table("elements per thread", "threads", "GFLOPS", "ratio to cuBLAS", title=f"register 32x32 tiles at {register_size}^3")
+        for r in register:
+            out_table.add_row(
+                str(r["elements"]), str(r["threads"] or ""), _gflops(r["gflops"]) if r["gflops"] else "NA",
+                f"{r['ratio']:.3f}" if r["ratio"] else "-",
+            )
+        console.print(out_table)
+    for r in rows:
+        if r["error"]:
+            typer.echo(f"{r['family']} {json.dumps(r['config'])} at {r['m']}^3: {r['error']}", err=True)
+    typer.echo(f"on {result['device']}" + (f"; written to {out}" if out else ""))
+
+
 @app.command()
 def plot(
     out: Path = typer.Option(Path("plots"), help="Directory for the PNG files."),

@@ -121,20 +121,36 @@ def verify(kernel: Kernel, m: int, n: int, k: int, rng: np.random.Generator) -> 
     from numba import cuda
 
     A, B = random_inputs(m, n, k, kernel.dtype, rng)
-    C = np.full((m, n), poison_value(kernel.dtype), dtype=A.dtype)
-    dA, dB, dC = cuda.to_device(A), cuda.to_device(B), cuda.to_device(C)
+    out = run_poisoned(kernel, cuda.to_device(A), cuda.to_device(B))
+    return compare(out, A, B, kernel.dtype, rng)
+
+
+def run_poisoned(kernel: Kernel, dA, dB) -> np.ndarray:
+    """One launch into an output full of poison; what the kernel left there, on the host."""
+    from numba import cuda
+
+    m, n = dA.shape[0], dB.shape[1]
+    dC = cuda.to_device(np.full((m, n), poison_value(kernel.dtype), dtype=dA.dtype))
     kernel(dA, dB, dC)
     cuda.synchronize()
-    out = dC.copy_to_host()
-    bound = error_bound(kernel.dtype, k)
-    unwritten = (out == INT_POISON) if out.dtype.kind == "i" else ~np.isfinite(out)
-    if unwritten.any():  # INT_POISON is out of reach of sums of our int inputs
+    return dC.copy_to_host()
+
+
+def compare(out: np.ndarray, A: np.ndarray, B: np.ndarray, dtype: str, rng: np.random.Generator) -> Verification:
+    """Host-side check of a poisoned launch's output against the reference."""
+    m, k = A.shape
+    bound = error_bound(dtype, k)
+    if not all_written(out):  # INT_POISON is out of reach of sums of our int inputs
         return Verification(False, math.inf, bound)
     rows = slice(None)
-    if m * n * k > FULL_REFERENCE_MACS and m > REFERENCE_ROWS:
+    if m * B.shape[1] * k > FULL_REFERENCE_MACS and m > REFERENCE_ROWS:
         rows = np.sort(rng.choice(m, REFERENCE_ROWS, replace=False))
     error = relative_error(out[rows], reference(A[rows], B))
     return Verification(error <= bound, error, bound)
+
+
+def all_written(out: np.ndarray) -> bool:
+    return not ((out == INT_POISON) if out.dtype.kind == "i" else ~np.isfinite(out)).any()
 
 
 @dataclass(frozen=True)
@@ -210,21 +226,25 @@ def measure(
     lock: str | None = None,
 ) -> Measurement:
     """Compile, then verify and (only if correct) time `kernel` at (M, N, K) on fresh random
-    inputs. With `lock` (a file path) the GPU part holds that lock: processes sharing a GPU
-    compile in parallel but never time at once."""
+    inputs. With `lock` (a file path) only the GPU part holds that lock: processes sharing a GPU
+    compile, draw inputs and compare with the reference in parallel but never time at once.
+    The timing of a kernel that turns out wrong is discarded."""
     from numba import cuda
 
     started = time.perf_counter()
     kernel.compile()
     compile_s = time.perf_counter() - started
+    A, B = random_inputs(m, n, k, kernel.dtype, rng)
+    timing = None
     with exclusive(lock):
-        verification = verify(kernel, m, n, k, rng)
-        if not verification.ok:
-            return Measurement(verification, None, 0.0, compile_s)
-        A, B = random_inputs(m, n, k, kernel.dtype, rng)
         dA, dB = cuda.to_device(A), cuda.to_device(B)
-        dC = cuda.device_array((m, n), dtype=A.dtype)
-        timing = time_launches(lambda: kernel.launch(dA, dB, dC), warmup, repeat)
+        out = run_poisoned(kernel, dA, dB)
+        if all_written(out):
+            dC = cuda.device_array((m, n), dtype=A.dtype)
+            timing = time_launches(lambda: kernel.launch(dA, dB, dC), warmup, repeat)
+    verification = compare(out, A, B, kernel.dtype, rng)
+    if not verification.ok:
+        return Measurement(verification, None, 0.0, compile_s)
     return Measurement(verification, timing, timing.gflops(m, n, k), compile_s)
 
 

@@ -11,10 +11,10 @@ import inspect
 from functools import cache
 from types import ModuleType
 
-from . import base, naive, register, shared, vector
+from . import base, naive, register, shared, splitk, vector
 from .base import DTYPES, DeviceLimits, Kernel, OperandError, check_operands
 
-FAMILIES: dict[str, ModuleType] = {"naive": naive, "shared": shared, "register": register, "vector": vector}
+FAMILIES: dict[str, ModuleType] = {"naive": naive, "shared": shared, "register": register, "vector": vector, "splitk": splitk}
 
 
 def family(name: str) -> ModuleType:

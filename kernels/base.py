@@ -9,6 +9,7 @@ A family module (naive, shared, register) exports:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -17,6 +18,8 @@ from typing import Callable
 import numba
 import numpy as np
 from numba import cuda
+
+from .intrinsics import MAX_ELEMENTS
 
 #: element type name -> (NumPy dtype, Numba type). Kernels accumulate in the element type.
 DTYPES = {
@@ -75,6 +78,8 @@ class Kernel:
     py_func: Callable
     block: tuple[int, ...]
     tile: tuple[int, int]
+    #: blocks along K per tile of C (grid z); they add into C, which is zeroed first
+    splits: int = 1
     _dispatcher: object = field(default=None, repr=False)
 
     @property
@@ -94,7 +99,7 @@ class Kernel:
                 f"M={m} needs {grid[1]} block rows, over CUDA's {MAX_GRID_Y}; "
                 f"use a config with a taller tile than {rows}"
             )
-        return grid
+        return grid if self.splits == 1 else (*grid, self.splits)
 
     @property
     def launch_bounds(self) -> tuple[int]:
@@ -115,7 +120,16 @@ class Kernel:
         """f(A, B, C) launching on an M x N output; configure once, call many times."""
         if m == 0 or n == 0:
             return _nothing
-        return self.compile()[self.grid(m, n), self.block, stream]
+        launch = self.compile()[self.grid(m, n), self.block, stream]
+        if self.splits == 1:
+            return launch
+        zero = zero_fill(self.dtype)[(-(-n // ZERO_BLOCK[0]), -(-m // ZERO_BLOCK[1])), ZERO_BLOCK, stream]
+
+        def zero_then_launch(A, B, C):
+            zero(C)
+            launch(A, B, C)
+
+        return zero_then_launch
 
     def launch(self, A, B, C, stream=0) -> None:
         """Launch on operands already checked by the caller (see check_operands)."""
@@ -124,6 +138,23 @@ class Kernel:
     def __call__(self, A, B, C, stream=0) -> None:
         check_operands(A, B, C, self.dtype)
         self.launch(A, B, C, stream)
+
+
+ZERO_BLOCK = (32, 8)
+
+
+@functools.cache
+def zero_fill(dtype: str):
+    """A kernel setting a 2-D array to 0: split kernels add their partial products into C."""
+    zero = numba_type(dtype)(0)
+
+    @cuda.jit(f"void({dtype}[:, ::1])")
+    def fill(C):
+        col, row = cuda.grid(2)
+        if row < C.shape[0] and col < C.shape[1]:
+            C[row, col] = zero
+
+    return fill
 
 
 def _nothing(*args) -> None:
@@ -141,6 +172,8 @@ def check_operands(A, B, C, dtype: str) -> None:
             raise OperandError(f"{name} has dtype {x.dtype}, the kernel was built for {dtype}")
         if not _c_contiguous(x):
             raise OperandError(f"{name} is not C-contiguous; pass a contiguous copy")
+        if math.prod(x.shape) >= MAX_ELEMENTS:
+            raise OperandError(f"{name} has {math.prod(x.shape):,} elements; kernels address at most 2**32 - 1")
     (m, k), (k2, n) = A.shape, B.shape
     if k != k2:
         raise OperandError(f"inner dimensions differ: A is {m}x{k}, B is {k2}x{n}")

@@ -1,10 +1,14 @@
-"""Wide loads Numba does not emit by itself: `width` adjacent elements in one instruction.
+"""Array access Numba does not emit by itself: 32-bit index arithmetic and wide loads.
 
-NVVM turns a run of adjacent scalar loads into scalar `ld.shared.f32`s; this intrinsic loads an
-LLVM vector (<4 x float> for float32, <2 x double> for float64), which compiles to a single
-`ld.shared.v4.f32` / `ld.shared.v2.f64` (16 bytes). The caller guarantees the address is 16-byte
-aligned: the array is allocated with `alignment=16` and the last index is a multiple of `width`.
-Under the CUDA simulator (which runs kernels as Python) the same call is a plain tuple of reads.
+Numba indexes with 64-bit signed integers and wraps negative indices around, which costs a shift,
+a mask and 64-bit multiplies per access (visible in the SASS of a tile fetch). `load` and `store`
+compute the element offset of a C-contiguous array in unsigned 32-bit arithmetic with no
+wraparound, so the caller guarantees every index is in range and the array has < 2**32 elements
+(kernels.base.check_operands refuses larger ones). `vector_load` reads `width` adjacent elements
+as one LLVM vector (<4 x float>, <2 x double>), which compiles to one 16-byte load
+(`ld.shared.v4.f32` / `ld.shared.v2.f64` on the shared tiles we use it for); the caller guarantees
+16-byte alignment. Under the CUDA simulator
+(which runs kernels as Python) the same calls are plain indexing.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from numba import config
 VECTOR_BYTES = 16
 #: what to pass as `alignment=` to cuda.shared.array: the simulator accepts only None
 SHARED_ALIGNMENT = None if config.ENABLE_CUDASIM else VECTOR_BYTES
+#: arrays must have fewer elements than this for 32-bit offsets
+MAX_ELEMENTS = 2**32
 
 
 def vector_width(itemsize: int) -> int:
@@ -22,10 +28,10 @@ def vector_width(itemsize: int) -> int:
 
 def vector_load(width: int):
     """load(array, index) -> a `width`-tuple of array[index[:-1] + (index[-1] + i,)]."""
-    return _simulated_load(width) if config.ENABLE_CUDASIM else _intrinsic_load(width)
+    return _simulated_vector_load(width) if config.ENABLE_CUDASIM else _intrinsic_load(width)
 
 
-def _simulated_load(width: int):
+def _simulated_vector_load(width: int):
     def load(array, index):
         head, last = index[:-1], index[-1]
         return tuple(array[head + (last + i,)] for i in range(width))
@@ -33,28 +39,54 @@ def _simulated_load(width: int):
     return load
 
 
-def _intrinsic_load(width: int):
+def _simulated_load(array, index):
+    return array[index]
+
+
+def _simulated_store(array, index, value):
+    array[index] = value
+
+
+def _element_pointer(context, builder, array_type, array_value, index_type, index_value):
+    """Pointer to array[index] of a C-contiguous array: the offset in i32, Horner over the shape."""
     from llvmlite import ir
     from numba import types
     from numba.cuda import cgutils
+
+    i32 = ir.IntType(32)
+    data = context.make_array(array_type)(context, builder, value=array_value)
+    shape = cgutils.unpack_tuple(builder, data.shape)
+    offset = ir.Constant(i32, 0)
+    for axis, (value, kind) in enumerate(zip(cgutils.unpack_tuple(builder, index_value), index_type)):
+        index = builder.trunc(context.cast(builder, value, kind, types.int64), i32)
+        if axis:
+            offset = builder.mul(offset, builder.trunc(shape[axis], i32))
+        offset = builder.add(offset, index)
+    # An opaque copy: otherwise NVVM folds the truncations back and does the arithmetic in 64 bits.
+    offset = builder.asm(ir.FunctionType(i32, [i32]), "mov.u32 $0, $1;", "=r,r", [offset], False)
+    return builder.gep(data.data, [builder.zext(offset, ir.IntType(64))])
+
+
+def _indexable(array, index) -> bool:
+    from numba import types
+
+    return isinstance(array, types.Array) and isinstance(index, types.BaseTuple) and len(index) == array.ndim
+
+
+def _intrinsic_load(width: int):
+    from llvmlite import ir
+    from numba import types
     from numba.cuda.extending import intrinsic
 
     @intrinsic
     def load(typingctx, array, index):
-        if not isinstance(array, types.Array) or not isinstance(index, types.BaseTuple) or len(index) != array.ndim:
+        if not _indexable(array, index):
             return None
         signature = types.UniTuple(array.dtype, width)(array, index)
 
         def codegen(context, builder, sig, args):
-            array_type, index_type = sig.args
-            array_value, index_value = args
-            indices = [
-                context.cast(builder, value, kind, types.intp)
-                for value, kind in zip(cgutils.unpack_tuple(builder, index_value), index_type)
-            ]
-            data = context.make_array(array_type)(context, builder, value=array_value)
-            pointer = cgutils.get_item_pointer(context, builder, array_type, data, indices, wraparound=False)
-            vector_type = ir.VectorType(context.get_value_type(array_type.dtype), width)
+            pointer = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+            vector_type = ir.VectorType(context.get_value_type(sig.args[0].dtype), width)
             vector = builder.load(builder.bitcast(pointer, vector_type.as_pointer()), align=VECTOR_BYTES)
             lanes = [builder.extract_element(vector, ir.Constant(ir.IntType(32), i)) for i in range(width)]
             return context.make_tuple(builder, sig.return_type, lanes)
@@ -62,3 +94,38 @@ def _intrinsic_load(width: int):
         return signature, codegen
 
     return load
+
+
+def _intrinsic_scalar_access():
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def load(typingctx, array, index):
+        """array[index] with 32-bit offset arithmetic."""
+        if not _indexable(array, index):
+            return None
+
+        def codegen(context, builder, sig, args):
+            return builder.load(_element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1]))
+
+        return array.dtype(array, index), codegen
+
+    @intrinsic
+    def store(typingctx, array, index, value):
+        """array[index] = value with 32-bit offset arithmetic."""
+        if not _indexable(array, index):
+            return None
+
+        def codegen(context, builder, sig, args):
+            array_type, index_type, value_type = sig.args
+            value = context.cast(builder, args[2], value_type, array_type.dtype)
+            builder.store(value, _element_pointer(context, builder, array_type, args[0], index_type, args[1]))
+            return context.get_dummy_value()
+
+        return types.none(array, index, value), codegen
+
+    return load, store
+
+
+load, store = (_simulated_load, _simulated_store) if config.ENABLE_CUDASIM else _intrinsic_scalar_access()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from numba import cuda
 
 from .base import DeviceLimits, registers_per_value
+from .intrinsics import load, store
 
 MAX_ELEMENTS_PER_THREAD = 64
 #: registers a thread needs besides its tiles (indices, pointers, loop counters), from ptxas reports
@@ -58,32 +59,40 @@ def loads_per_thread(bm: int, bn: int, bk: int, threads: int) -> tuple[int, int]
 
 def tile_movers(bm: int, bn: int, bk: int, threads: int, elem_t):
     """Device functions fetch(A, B, k0, row0, col0, tid, a_next, b_next) and
-    stash(sA, sB, tid, a_next, b_next) for one tile geometry."""
+    stash(sA, sB, tid, a_next, b_next) for one tile geometry.
+
+    A tile wholly inside its matrix (every tile but the last row, column or k-step of the grid)
+    is read without bounds checks; all addressing is 32-bit (kernels.intrinsics)."""
     A_TILE, B_TILE = bm * bk, bk * bn
     A_LOADS, B_LOADS = loads_per_thread(bm, bn, bk, threads)
     A_EVEN, B_EVEN = A_TILE % threads == 0, B_TILE % threads == 0
-    BK, BN, THREADS = bk, bn, threads
+    BM, BN, BK, THREADS = bm, bn, bk, threads
 
     @cuda.jit(device=True)
     def fetch(A, B, k0, row0, col0, tid, a_next, b_next):
         """Read this thread's share of the A and B tiles at k0 from global memory (0 off the edge)."""
         M, K = A.shape
         N = B.shape[1]
+        k_inside = k0 + BK <= K
+        a_inside = k_inside and row0 + BM <= M
         for i in range(A_LOADS):
             idx = tid + i * THREADS
             r = row0 + idx // BK
             c = k0 + idx % BK
             v = elem_t(0)
-            if (A_EVEN or idx < A_TILE) and r < M and c < K:
-                v = A[r, c]
+            if A_EVEN or idx < A_TILE:
+                if a_inside or (r < M and c < K):
+                    v = load(A, (r, c))
             a_next[i] = v
+        b_inside = k_inside and col0 + BN <= N
         for i in range(B_LOADS):
             idx = tid + i * THREADS
             r = k0 + idx // BN
             c = col0 + idx % BN
             v = elem_t(0)
-            if (B_EVEN or idx < B_TILE) and r < K and c < N:
-                v = B[r, c]
+            if B_EVEN or idx < B_TILE:
+                if b_inside or (r < K and c < N):
+                    v = load(B, (r, c))
             b_next[i] = v
 
     @cuda.jit(device=True)
@@ -92,10 +101,10 @@ def tile_movers(bm: int, bn: int, bk: int, threads: int, elem_t):
         for i in range(A_LOADS):
             idx = tid + i * THREADS
             if A_EVEN or idx < A_TILE:
-                sA[idx % BK, idx // BK] = a_next[i]
+                store(sA, (idx % BK, idx // BK), a_next[i])
         for i in range(B_LOADS):
             idx = tid + i * THREADS
             if B_EVEN or idx < B_TILE:
-                sB[idx // BN, idx % BN] = b_next[i]
+                store(sB, (idx // BN, idx % BN), b_next[i])
 
     return fetch, stash

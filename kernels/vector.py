@@ -41,7 +41,14 @@ def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
 
 
 def build(config: dict, dtype: str) -> Kernel:
+    return make(config, dtype)
+
+
+def make(config: dict, dtype: str, family: str = "vector", splits: int = 1) -> Kernel:
+    """The kernel for `config`; with `splits` > 1, block z of a tile of C multiplies the z-th
+    of `splits` ranges of K (whole BK-steps) and adds its product into C atomically."""
     BM, BN, BK = config["bm"], config["bn"], config["bk"]
+    SPLITS = splits
     TM, TN = config["tm"], config["tn"]
     STAGES = config["stages"]
     VEC = vector_width(itemsize(dtype))
@@ -87,16 +94,21 @@ def build(config: dict, dtype: str) -> Kernel:
         col0 = cuda.blockIdx.x * BN
         M, K = A.shape
         N = B.shape[1]
+        k_begin, k_end = 0, K
+        if SPLITS > 1:
+            k_span = -(-K // (SPLITS * BK)) * BK
+            k_begin = cuda.blockIdx.z * k_span
+            k_end = min(K, k_begin + k_span)
         for i in range(TM):
             for j in range(TN):
                 acc[i, j] = elem_t(0)
 
-        fetch(A, B, 0, row0, col0, tid, a_next, b_next)
+        fetch(A, B, k_begin, row0, col0, tid, a_next, b_next)
         stash(sA[0], sB[0], tid, a_next, b_next)
         cuda.syncthreads()
         stage = 0
-        for k0 in range(0, K, BK):
-            has_next = k0 + BK < K
+        for k0 in range(k_begin, k_end, BK):
+            has_next = k0 + BK < k_end
             if has_next:
                 fetch(A, B, k0 + BK, row0, col0, tid, a_next, b_next)
             multiply_tile(sA, sB, stage, row_base, col_base, a_frag, b_frag, acc)
@@ -116,6 +128,9 @@ def build(config: dict, dtype: str) -> Kernel:
                         for j in range(VEC):
                             c = col0 + col_base + h * COL_GROUP_STEP + j
                             if c < N:
-                                C[r, c] = acc[g * VEC + i, h * VEC + j]
+                                if SPLITS == 1:
+                                    C[r, c] = acc[g * VEC + i, h * VEC + j]
+                                else:
+                                    cuda.atomic.add(C, (r, c), acc[g * VEC + i, h * VEC + j])
 
-    return Kernel("vector", dict(config), dtype, vector_matmul, block=(THREADS,), tile=(BM, BN))
+    return Kernel(family, dict(config), dtype, vector_matmul, block=(THREADS,), tile=(BM, BN), splits=SPLITS)

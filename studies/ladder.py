@@ -9,6 +9,8 @@ autotune.measure on the same device arrays cuBLAS (CuPy, TF32 off) is timed on, 
     python studies/ladder.py --out DIR --family vector --sample 150 [--top 15]
         a seeded sample of one family's feasible float32 configs at the first shape, then the
         `top` fastest of them at the other shapes
+    python studies/ladder.py --out DIR --configs FILE
+        the float32 configs listed in FILE (JSON: [[family, config], ...]) at every shape
 """
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ def main() -> None:
     parser.add_argument("--shapes", default="1024x1024x1024,4096x4096x4096,1023x1025x999")
     parser.add_argument("--out", type=Path, default=Path("ladder-out"))
     parser.add_argument("--family", help="sweep a sample of this family instead of the fixed ladder")
+    parser.add_argument("--configs", type=Path, help="time these [family, config] pairs instead of the fixed ladder")
     parser.add_argument("--sample", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--top", type=int, default=15)
@@ -116,6 +119,10 @@ def main() -> None:
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     print(device_info(), versions())
     print(f"{'shape':>16} {'dtype':8} {'family':9} {'GFLOPS':>9} {'cuBLAS':>9} {'ratio':>6} {'regs':>4} {'error':7}  config")
+    if args.configs:
+        listed = json.loads(args.configs.read_text())
+        run([(shape, "float32", family, config) for shape in shapes for family, config in listed], args.out)
+        return
     if not args.family:
         run(ladder_plan(shapes), args.out)
         return

@@ -62,6 +62,18 @@ def test_bench_in_the_simulator(tmp_path):
     assert (tmp_path / "bench.json").exists()
 
 
+def test_sweep_prints_the_seeds_tables_in_the_simulator(tmp_path):
+    result = invoke("sweep", "--sizes", "4,6", "--blocks", "8", "--elements", "16", "--register-size", 9, "--out", tmp_path, "--simulate")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].strip() == "global memory (naive), GFLOPS"
+    assert lines[2].startswith("┃ size  ┃ 8*8") and lines[4].startswith("│ 4*4*4 │") and lines[5].startswith("│ 6*6*6 │")
+    assert "register 32x32 tiles at 9^3" in result.stdout and "│ 16                  │ 64      │" in result.stdout
+    assert lines[-1] == f"on simulator; written to {tmp_path}"
+    assert "measuring shared 6^3, block 8x8\n" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep.csv", "sweep.json", "sweep.png"]
+
+
 def test_lookup_in_the_simulator():
     result = invoke("lookup", "--m", 8, "--n", 8, "--k", 8, "--simulate")
     assert result.exit_code == 0
@@ -73,9 +85,11 @@ def test_lookup_in_the_simulator():
     [
         (("tune", "--m", 0, "--n", 4, "--k", 4, "--simulate"), "error: M, N and K must be positive, got 0x4x4\n"),
         (("tune", "--m", 4, "--n", 4, "--k", 4, "--dtype", "float16", "--simulate"), "error: unsupported dtype 'float16'; supported: float32, float64, int32\n"),
-        (("tune", "--m", 4, "--n", 4, "--k", 4, "--family", "cublas", "--simulate"), "error: unknown kernel family 'cublas'; known: naive, shared, register, vector\n"),
+        (("tune", "--m", 4, "--n", 4, "--k", 4, "--family", "cublas", "--simulate"), "error: unknown kernel family 'cublas'; known: naive, shared, register, vector, splitk\n"),
         (("best", "--m", 4), "error: give all of --m, --n and --k, or none\n"),
         (("bench", "--shapes", "4x4", "--simulate"), "error: '4x4' is neither a suite (standard, squares, quick) nor a shape MxNxK\n"),
+        (("sweep", "--sizes", "8,x", "--simulate"), "error: --sizes takes positive integers like 8,16,32; got '8,x'\n"),
+        (("sweep", "--sizes", "8", "--dtype", "float16", "--simulate"), "error: unsupported dtype 'float16'; supported: float32, float64, int32\n"),
         (("lookup", "--m", 4, "--n", 4, "--k", 4, "--dtype", "bool"), "error: unsupported dtype bool; supported: float32, float64, int32\n"),
         (("check", "--family", "naive", "--sample", 1), "error: compiling to PTX needs numba-cuda without NUMBA_ENABLE_CUDASIM\n"),
     ],

@@ -13,7 +13,7 @@ import pytest
 
 import kernels
 
-SAMPLES = {"naive": 4, "shared": 9, "register": 10, "vector": 8}  # shared: its whole space
+SAMPLES = {"naive": 4, "shared": 9, "register": 10, "vector": 8, "splitk": 4}  # shared: its whole space
 CHILD = """
 import json, sys
 import kernels
@@ -22,9 +22,9 @@ from kernels.resources import ptx
 family, dtype, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
 configs = sample_configs(family, dtype, DeviceLimits(), count, seed=hash((family, dtype)) % 1000)
 for result in compile_check(family, configs, dtype, DeviceLimits()):
-    text = ptx(kernels.build(family, result.config, dtype)) if family == "vector" else ""
+    text = ptx(kernels.build(family, result.config, dtype)) if family in ("vector", "splitk") else ""
     print(json.dumps({"config": result.config, "resources": result.resources, "error": result.error,
-                      "vector_loads": text.count("ld.shared.v"),
+                      "vector_loads": text.count("ld.shared.v"), "atomic_adds": text.count("red.global.add") + text.count("atom.global.add"),
                       "scalar_shared_loads": sum(text.count(f"ld.shared.{t}") for t in ("f32", "f64", "u32", "b32"))}))
 """
 
@@ -47,8 +47,9 @@ def test_accepted_configs_compile_for_sm90(family, dtype):
     assert len(results) == SAMPLES[family]
     failures = [r for r in results if r["error"]]
     assert not failures, failures
-    if family == "vector":
+    if family in ("vector", "splitk"):
         assert all(r["vector_loads"] and not r["scalar_shared_loads"] for r in results), results
+        assert all(bool(r["atomic_adds"]) == (family == "splitk") for r in results), results
     for r in results:
         res = r["resources"]
         assert 0 < res["registers"] <= 255

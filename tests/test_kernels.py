@@ -34,6 +34,11 @@ else:
             {"bm": 32, "bn": 32, "bk": 8, "tm": 4, "tn": 4, "pad": 4, "stages": 2},
             {"bm": 32, "bn": 64, "bk": 8, "tm": 8, "tn": 4, "pad": 0, "stages": 1},
         ],
+        # K=19 in 4 splits of one 8-step each leaves the fourth split empty
+        "splitk": [
+            {"bm": 32, "bn": 32, "bk": 8, "tm": 4, "tn": 4, "pad": 4, "stages": 2, "splits": 4},
+            {"bm": 32, "bn": 32, "bk": 16, "tm": 8, "tn": 4, "pad": 0, "stages": 1, "splits": 2},
+        ],
     }
     SHAPES = [(1, 1, 1), (1, 13, 1), (7, 1, 3), (17, 23, 19), (3, 41, 37)]
 
@@ -117,6 +122,17 @@ def test_operands_must_be_c_contiguous_and_of_the_kernel_dtype():
         kernel(A, np.ones((4, 4), np.float32).T.copy(order="F"), np.ones((4, 4), np.float32))
     with pytest.raises(OperandError, match="A has dtype float64"):
         kernel(A.astype(np.float64), A, A)
+
+
+def test_operands_beyond_32_bit_offsets_are_refused():
+    """The kernels address elements with 32-bit offsets (kernels.intrinsics)."""
+    from types import SimpleNamespace
+
+    kernel = kernels.build("vector", kernels.vector.DEFAULT, "float32")
+    huge = SimpleNamespace(shape=(2**16, 2**16), dtype=np.float32, flags={"C_CONTIGUOUS": True})
+    small = np.ones((2**16, 4), np.float32)
+    with pytest.raises(OperandError, match="A has 4,294,967,296 elements"):
+        kernel(huge, small, small)
 
 
 def test_unknown_family_and_dtype_are_refused():
