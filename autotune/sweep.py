@@ -56,6 +56,7 @@ def sweep(
     rng = np.random.default_rng(0)
     cublas = cublas_matmul() if dtype != "int32" else None
     cublas_at = {}
+    limits = device_limits()
     rows = []
 
     def run(table, family, config, size, **labels):
@@ -64,7 +65,7 @@ def sweep(
             progress(f"{table} {size}^3, {shape}")
         if size not in cublas_at:
             cublas_at[size] = _cublas_gflops(cublas, size, dtype, rng, repeat)
-        rows.append(_measure_row(table, family, config, size, dtype, rng, repeat, cublas_at[size], **labels))
+        rows.append(_measure_row(table, family, config, size, dtype, limits, rng, repeat, cublas_at[size], **labels))
 
     for size in sizes:
         for family in ("naive", "shared"):
@@ -92,12 +93,12 @@ def _cublas_gflops(cublas, size: int, dtype: str, rng, repeat: int) -> float | N
     return time_launches(lambda: cublas(dA, dB, dC), repeat=repeat).gflops(size, size, size)
 
 
-def _measure_row(table, family, config, size, dtype, rng, repeat, cublas_gflops, block=None, elements=None) -> dict:
+def _measure_row(table, family, config, size, dtype, limits, rng, repeat, cublas_gflops, block=None, elements=None) -> dict:
     row = {
         "table": table, "family": family, "m": size, "n": size, "k": size, "block": block, "elements": elements,
         "threads": None, "config": config, "gflops": None, "cublas_gflops": cublas_gflops, "ratio": None, "error": None,
     }
-    row["error"] = kernels.family(family).restrict(config, dtype, device_limits())
+    row["error"] = kernels.family(family).restrict(config, dtype, limits)
     if row["error"]:
         return row
     try:

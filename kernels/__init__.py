@@ -11,7 +11,7 @@ import inspect
 from functools import cache
 from types import ModuleType
 
-from . import base, naive, register, shared, splitk, vector
+from . import base, intrinsics, naive, register, shared, splitk, tiles, vector
 from .base import DTYPES, DeviceLimits, Kernel, OperandError, check_operands
 
 FAMILIES: dict[str, ModuleType] = {"naive": naive, "shared": shared, "register": register, "vector": vector, "splitk": splitk}
@@ -32,9 +32,11 @@ def build(name: str, config: dict, dtype: str) -> Kernel:
 
 @cache
 def source_hash(name: str) -> str:
-    """A hash of the family's source (and the shared base): a cached config whose hash differs
-    was measured on other code."""
-    text = inspect.getsource(family(name)) + inspect.getsource(base)
+    """A hash of the family's source and of the shared modules and families it builds on: a
+    cached config whose hash differs was measured on other code."""
+    module = family(name)
+    used = [value for value in vars(module).values() if isinstance(value, ModuleType) and value.__name__.startswith(__name__)]
+    text = "".join(inspect.getsource(m) for m in (module, *used, base, intrinsics, tiles))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -59,41 +59,19 @@ def loads_per_thread(bm: int, bn: int, bk: int, threads: int) -> tuple[int, int]
 
 def tile_movers(bm: int, bn: int, bk: int, threads: int, elem_t):
     """Device functions fetch(A, B, k0, row0, col0, tid, a_next, b_next) and
-    stash(sA, sB, tid, a_next, b_next) for one tile geometry.
-
-    A tile wholly inside its matrix (every tile but the last row, column or k-step of the grid)
-    is read without bounds checks; all addressing is 32-bit (kernels.intrinsics)."""
+    stash(sA, sB, tid, a_next, b_next) for one tile geometry."""
     A_TILE, B_TILE = bm * bk, bk * bn
     A_LOADS, B_LOADS = loads_per_thread(bm, bn, bk, threads)
     A_EVEN, B_EVEN = A_TILE % threads == 0, B_TILE % threads == 0
-    BM, BN, BK, THREADS = bm, bn, bk, threads
+    BK, BN, THREADS = bk, bn, threads
+    fetch_a = _part_fetcher(bm, bk, threads, elem_t)
+    fetch_b = _part_fetcher(bk, bn, threads, elem_t)
 
     @cuda.jit(device=True)
     def fetch(A, B, k0, row0, col0, tid, a_next, b_next):
         """Read this thread's share of the A and B tiles at k0 from global memory (0 off the edge)."""
-        M, K = A.shape
-        N = B.shape[1]
-        k_inside = k0 + BK <= K
-        a_inside = k_inside and row0 + BM <= M
-        for i in range(A_LOADS):
-            idx = tid + i * THREADS
-            r = row0 + idx // BK
-            c = k0 + idx % BK
-            v = elem_t(0)
-            if A_EVEN or idx < A_TILE:
-                if a_inside or (r < M and c < K):
-                    v = load(A, (r, c))
-            a_next[i] = v
-        b_inside = k_inside and col0 + BN <= N
-        for i in range(B_LOADS):
-            idx = tid + i * THREADS
-            r = k0 + idx // BN
-            c = col0 + idx % BN
-            v = elem_t(0)
-            if B_EVEN or idx < B_TILE:
-                if b_inside or (r < K and c < N):
-                    v = load(B, (r, c))
-            b_next[i] = v
+        fetch_a(A, row0, k0, tid, a_next)
+        fetch_b(B, k0, col0, tid, b_next)
 
     @cuda.jit(device=True)
     def stash(sA, sB, tid, a_next, b_next):
@@ -108,3 +86,29 @@ def tile_movers(bm: int, bn: int, bk: int, threads: int, elem_t):
                 store(sB, (idx // BN, idx % BN), b_next[i])
 
     return fetch, stash
+
+
+def _part_fetcher(rows: int, cols: int, threads: int, elem_t):
+    """A device function reading this thread's share of the rows x cols tile of a matrix at
+    (row0, col0) into `out`, element tid + i * threads of the tile (row-major) into out[i].
+    A tile wholly inside the matrix (every tile but the last row, column or k-step of the grid)
+    is read without bounds checks; all addressing is 32-bit (kernels.intrinsics)."""
+    TILE, COLS, ROWS, THREADS = rows * cols, cols, rows, threads
+    LOADS = -(-TILE // threads)
+    EVEN = TILE % threads == 0
+
+    @cuda.jit(device=True)
+    def fetch_part(X, row0, col0, tid, out):
+        height, width = X.shape
+        inside = row0 + ROWS <= height and col0 + COLS <= width
+        for i in range(LOADS):
+            idx = tid + i * THREADS
+            r = row0 + idx // COLS
+            c = col0 + idx % COLS
+            v = elem_t(0)
+            if EVEN or idx < TILE:
+                if inside or (r < height and c < width):
+                    v = load(X, (r, c))
+            out[i] = v
+
+    return fetch_part
