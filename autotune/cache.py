@@ -52,8 +52,9 @@ def default_path() -> Path:
 
 def shape_distance(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
     """Distance between two shapes on a log2 scale: sqrt(sum(log2(a_i / b_i)^2)).
-    Doubling one dimension is distance 1; 1024^3 to 2048^3 is sqrt(3) = 1.73."""
-    return math.sqrt(sum(math.log2(x / y) ** 2 for x, y in zip(a, b)))
+    Doubling one dimension is distance 1; 1024^3 to 2048^3 is sqrt(3) = 1.73. An empty dimension
+    counts as 1 (an empty product still looks up a kernel)."""
+    return math.sqrt(sum(math.log2(max(x, 1) / max(y, 1)) ** 2 for x, y in zip(a, b)))
 
 
 class Cache:

@@ -29,6 +29,7 @@ def device_limits() -> DeviceLimits:
         max_threads_per_block=attrs.MAX_THREADS_PER_BLOCK,
         max_shared_per_block=min(attrs.MAX_SHARED_MEMORY_PER_BLOCK, 48 * 1024),
         max_registers_per_block=attrs.MAX_REGISTERS_PER_BLOCK,
+        max_threads_per_sm=attrs.MAX_THREADS_PER_MULTIPROCESSOR,
     )
 
 
@@ -79,6 +80,19 @@ def suggest(trial, families: list[str], dtype: str) -> tuple[str, dict]:
         else:
             config[name] = trial.suggest_categorical(key, values)
     return family, config
+
+
+def distributions(families: list[str]) -> dict:
+    """The Optuna distribution of every parameter `suggest` may ask for, by name: a study whose
+    trials used other ones was searched over another space (other families, or older code)."""
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    found = {"family": CategoricalDistribution(list(families))}
+    for family in families:
+        for name, values in kernels.family(family).SPACE.items():
+            ordinal = _ordinal(values)
+            found[f"{family}.{name}"] = IntDistribution(0, len(values) - 1) if ordinal else CategoricalDistribution(values)
+    return found
 
 
 def trial_params(family: str, config: dict) -> dict:

@@ -33,6 +33,7 @@ from autotune.space import (
     config_of,
     default_config,
     device_limits,
+    distributions,
     feasible_configs,
     infeasibility,
     suggest,
@@ -218,6 +219,7 @@ def tune(
             study_name=name, storage=storage_obj, sampler=make_sampler(sampler, seed),
             direction="maximize", load_if_exists=True,
         )
+        _check_space(study, families, spec)
         fail_abandoned_trials(study, optuna.storages.get_storage(storage_obj))
         if not study.trials:
             study.set_user_attr("shape", [m, n, k])
@@ -267,6 +269,22 @@ def _check_request(m, n, k, dtype, trials, jobs, trial_timeout, gpus, families) 
     unknown = [f for f in families if f not in FAMILY_NAMES]
     if unknown:
         raise TuneError(f"unknown kernel family {unknown[0]!r}; known: {', '.join(FAMILY_NAMES)}")
+
+
+def _check_space(study: optuna.Study, families: list[str], spec: str) -> None:
+    """Refuse to resume a study searched over another space: Optuna cannot mix them."""
+    expected = distributions(families)
+    for trial in study.get_trials(deepcopy=False):
+        family = trial.params.get("family")
+        if family is None:  # waiting in the queue, or failed before its first suggestion
+            continue
+        wanted = {"family"} | {name for name in expected if name.startswith(f"{family}.")}
+        if set(trial.distributions) != wanted or any(expected[n] != d for n, d in trial.distributions.items()):
+            raise TuneError(
+                f"study {study.study_name!r} in {spec} was searched over another space (other --family "
+                f"options or their order, or the kernels of an older mmtune); resume it with the same "
+                f"families, or start afresh with --storage PATH"
+            )
 
 
 def measured_trials(study: optuna.Study) -> list:

@@ -39,6 +39,7 @@ class DeviceLimits:
     max_shared_per_block: int = 48 * 1024  # static shared memory; more needs dynamic shared memory
     max_registers_per_thread: int = 255
     max_registers_per_block: int = 64 * 1024
+    max_threads_per_sm: int = 2048  # 1536 on sm_86/sm_89
 
 
 def numba_type(dtype: str):
@@ -80,6 +81,8 @@ class Kernel:
     tile: tuple[int, int]
     #: blocks along K per tile of C (grid z); they add into C, which is zeroed first
     splits: int = 1
+    #: blocks that must fit on one SM at once: ptxas caps registers at 64K / (threads x min_blocks)
+    min_blocks: int = 1
     _dispatcher: object = field(default=None, repr=False)
 
     @property
@@ -102,10 +105,11 @@ class Kernel:
         return grid if self.splits == 1 else (*grid, self.splits)
 
     @property
-    def launch_bounds(self) -> tuple[int]:
+    def launch_bounds(self) -> tuple[int, ...]:
         """Tells ptxas the block size, so it keeps registers within what the block can launch with
-        (spilling if it must) instead of producing a kernel that fails to launch."""
-        return (self.threads,)
+        (spilling if it must) instead of producing a kernel that fails to launch; with min_blocks,
+        within what that many blocks per SM leave each thread."""
+        return (self.threads,) if self.min_blocks == 1 else (self.threads, self.min_blocks)
 
     def compile(self):
         """Compile (once) for the current device; returns the Numba dispatcher."""
@@ -186,3 +190,25 @@ def _c_contiguous(x) -> bool:
     if flags is not None:
         return bool(flags["C_CONTIGUOUS"])
     return bool(x.is_c_contiguous())
+
+
+def unrolled(step: Callable, count: int) -> Callable:
+    """A device function f(*args) that runs step(0, *args), ..., step(count - 1, *args) as
+    straight-line code, each index a compile-time constant. NVVM leaves a loop with a large body
+    rolled, which keeps ptxas from overlapping one step's loads with the previous step's math."""
+    if count == 0:
+        return _do_nothing
+    before = unrolled(step, count - 1)
+    LAST = count - 1
+
+    @cuda.jit(device=True)
+    def chain(*args):
+        before(*args)
+        step(LAST, *args)
+
+    return chain
+
+
+@cuda.jit(device=True)
+def _do_nothing(*args):
+    pass

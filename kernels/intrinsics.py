@@ -47,24 +47,34 @@ def _simulated_store(array, index, value):
     array[index] = value
 
 
-def _element_pointer(context, builder, array_type, array_value, index_type, index_value):
-    """Pointer to array[index] of a C-contiguous array: the offset in i32, Horner over the shape."""
+def _element_pointer(context, builder, array_type, array_value, index_type, index_value, bits=32):
+    """Pointer to array[index] of a C-contiguous array, the offset computed Horner over the shape.
+
+    bits=32: in i32, for global arrays (see the module docstring). bits=64: in i64 marked
+    no-wrap, for shared arrays: the backend then folds constant index parts (an unrolled step's
+    k, a group's offset) into the load's immediate offset instead of computing each address."""
     from llvmlite import ir
     from numba import types
     from numba.cuda import cgutils
 
-    i32 = ir.IntType(32)
+    width = ir.IntType(bits)
+    no_wrap = ["nuw", "nsw"] if bits == 64 else ["nuw"]
     data = context.make_array(array_type)(context, builder, value=array_value)
     shape = cgutils.unpack_tuple(builder, data.shape)
-    offset = ir.Constant(i32, 0)
+    offset = ir.Constant(width, 0)
     for axis, (value, kind) in enumerate(zip(cgutils.unpack_tuple(builder, index_value), index_type)):
-        index = builder.trunc(context.cast(builder, value, kind, types.int64), i32)
+        index = context.cast(builder, value, kind, types.int64)
+        extent = shape[axis]
+        if bits == 32:
+            index, extent = builder.trunc(index, width), builder.trunc(extent, width)
         if axis:
-            offset = builder.mul(offset, builder.trunc(shape[axis], i32))
-        offset = builder.add(offset, index)
-    # An opaque copy: otherwise NVVM folds the truncations back and does the arithmetic in 64 bits.
-    offset = builder.asm(ir.FunctionType(i32, [i32]), "mov.u32 $0, $1;", "=r,r", [offset], False)
-    return builder.gep(data.data, [builder.zext(offset, ir.IntType(64))])
+            offset = builder.mul(offset, extent, flags=no_wrap)
+        offset = builder.add(offset, index, flags=no_wrap)
+    if bits == 32:
+        # An opaque copy: otherwise NVVM folds the truncations back and does the arithmetic in 64 bits.
+        offset = builder.asm(ir.FunctionType(width, [width]), "mov.u32 $0, $1;", "=r,r", [offset], False)
+        offset = builder.zext(offset, ir.IntType(64))
+    return builder.gep(data.data, [offset], inbounds=True)
 
 
 def _indexable(array, index) -> bool:
@@ -85,7 +95,7 @@ def _intrinsic_load(width: int):
         signature = types.UniTuple(array.dtype, width)(array, index)
 
         def codegen(context, builder, sig, args):
-            pointer = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+            pointer = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1], bits=64)
             vector_type = ir.VectorType(context.get_value_type(sig.args[0].dtype), width)
             vector = builder.load(builder.bitcast(pointer, vector_type.as_pointer()), align=VECTOR_BYTES)
             lanes = [builder.extract_element(vector, ir.Constant(ir.IntType(32), i)) for i in range(width)]

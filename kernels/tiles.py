@@ -13,7 +13,7 @@ from numba import cuda
 from .base import DeviceLimits, registers_per_value
 from .intrinsics import load, store
 
-MAX_ELEMENTS_PER_THREAD = 64
+MAX_ELEMENTS_PER_THREAD = 128
 #: registers a thread needs besides its tiles (indices, pointers, loop counters), from ptxas reports
 #: of sm_90 compiles. The estimate only screens out configs that would spill heavily: kernels are
 #: compiled with launch_bounds, so ptxas itself keeps every accepted config launchable.
@@ -46,10 +46,14 @@ def restrict_tiling(config: dict, dtype: str, limits: DeviceLimits, shared_bytes
         return f"{threads} threads per block > {limits.max_threads_per_block}"
     if shared_bytes > limits.max_shared_per_block:
         return f"{shared_bytes} bytes of shared memory > {limits.max_shared_per_block}"
+    blocks = config.get("min_blocks", 1)
+    if threads * blocks > limits.max_threads_per_sm:
+        return f"{blocks} blocks of {threads} threads > {limits.max_threads_per_sm} threads per SM"
     regs = estimated_registers(config, dtype)
-    budget = min(limits.max_registers_per_thread, limits.max_registers_per_block // threads)
+    budget = min(limits.max_registers_per_thread, limits.max_registers_per_block // (threads * blocks))
     if regs > budget:
-        return f"needs ~{regs} registers per thread; a block of {threads} threads leaves {budget}"
+        resident = f"{blocks} blocks" if blocks > 1 else "a block"
+        return f"needs ~{regs} registers per thread; {resident} of {threads} threads leaves {budget}"
     return None
 
 

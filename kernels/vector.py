@@ -9,13 +9,17 @@ k instead of TM + TN. Groups are TY*VEC rows apart, so a warp's loads are adjace
   pad          extra columns per shared row (0 or 4, keeping rows 16-byte aligned)
   stages       2: two shared tiles, the next written while the current is read, one barrier per
                k-step; 1: one tile, two barriers per k-step
+  unroll       the BK steps of a tile as straight-line code (kernels.base.unrolled), so ptxas can
+               load step k+1's fragments while step k multiplies; costs registers
+  min_blocks   blocks per SM ptxas must leave room for (launch_bounds): 2 caps a 256-thread block
+               at 128 registers, spilling if it must, for twice the resident warps
 """
 
 from __future__ import annotations
 
 from numba import cuda
 
-from .base import DeviceLimits, Kernel, itemsize, numba_type
+from .base import DeviceLimits, Kernel, itemsize, numba_type, unrolled
 from .intrinsics import SHARED_ALIGNMENT, vector_load, vector_width
 from .tiles import loads_per_thread, restrict_tiling, tile_movers
 
@@ -27,8 +31,10 @@ SPACE = {
     "tn": [4, 8, 16],
     "pad": [0, 4],
     "stages": [1, 2],
+    "unroll": [False, True],
+    "min_blocks": [1, 2],
 }
-DEFAULT = {"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 8, "pad": 4, "stages": 2}
+DEFAULT = {"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 8, "pad": 4, "stages": 1, "unroll": True, "min_blocks": 1}
 
 
 def shared_bytes(config: dict, dtype: str) -> int:
@@ -65,19 +71,25 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1) -> K
     fetch, stash = tile_movers(BM, BN, BK, THREADS, elem_t)
 
     @cuda.jit(device=True)
-    def multiply_tile(sA, sB, stage, row_base, col_base, a_frag, b_frag, acc):
+    def multiply_step(kk, sA, sB, stage, row_base, col_base, a_frag, b_frag, acc):
+        for g in range(GM):
+            lanes = load(sA, (stage, kk, row_base + g * ROW_GROUP_STEP))
+            for i in range(VEC):
+                a_frag[g * VEC + i] = lanes[i]
+        for h in range(GN):
+            lanes = load(sB, (stage, kk, col_base + h * COL_GROUP_STEP))
+            for j in range(VEC):
+                b_frag[h * VEC + j] = lanes[j]
+        for i in range(TM):
+            for j in range(TN):
+                acc[i, j] += a_frag[i] * b_frag[j]
+
+    @cuda.jit(device=True)
+    def multiply_loop(sA, sB, stage, row_base, col_base, a_frag, b_frag, acc):
         for kk in range(BK):
-            for g in range(GM):
-                lanes = load(sA, (stage, kk, row_base + g * ROW_GROUP_STEP))
-                for i in range(VEC):
-                    a_frag[g * VEC + i] = lanes[i]
-            for h in range(GN):
-                lanes = load(sB, (stage, kk, col_base + h * COL_GROUP_STEP))
-                for j in range(VEC):
-                    b_frag[h * VEC + j] = lanes[j]
-            for i in range(TM):
-                for j in range(TN):
-                    acc[i, j] += a_frag[i] * b_frag[j]
+            multiply_step(kk, sA, sB, stage, row_base, col_base, a_frag, b_frag, acc)
+
+    multiply_tile = unrolled(multiply_step, BK) if config["unroll"] else multiply_loop
 
     def vector_matmul(A, B, C):
         sA = cuda.shared.array(SA_SHAPE, elem_t, alignment=ALIGN)
@@ -133,4 +145,5 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1) -> K
                                 else:
                                     cuda.atomic.add(C, (r, c), acc[g * VEC + i, h * VEC + j])
 
-    return Kernel(family, dict(config), dtype, vector_matmul, block=(THREADS,), tile=(BM, BN), splits=SPLITS)
+    return Kernel(family, dict(config), dtype, vector_matmul, block=(THREADS,), tile=(BM, BN), splits=SPLITS,
+                  min_blocks=config["min_blocks"])

@@ -60,6 +60,7 @@ def run(plan, out: Path, rows: list | None = None) -> list[dict]:
     cublas = cublas_matmul()
     rows = [] if rows is None else rows
     baselines: dict = {}
+    built: dict = {}  # a config listed at several shapes compiles once
     for (m, n, k), dtype, family, config in plan:
         key = (m, n, k, dtype)
         if key not in baselines:
@@ -69,7 +70,8 @@ def run(plan, out: Path, rows: list | None = None) -> list[dict]:
             timing = time_launches(lambda: cublas(dA, dB, dC)) if cublas and dtype != "int32" else None
             baselines[key] = (dA, dB, dC, timing.gflops(m, n, k) if timing else None)
         dA, dB, dC, cublas_gflops = baselines[key]
-        kernel = kernels.build(family, config, dtype)
+        name = (family, json.dumps(config, sort_keys=True), dtype)
+        kernel = built[name] = built.get(name) or kernels.build(family, config, dtype)
         row = dict(family=family, config=config, dtype=dtype, m=m, n=n, k=k)
         try:
             check = verify(kernel, m, n, k, rng)

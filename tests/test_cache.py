@@ -54,6 +54,7 @@ def test_nearest_ranks_by_log_distance():
     assert (first["m"], second["m"]) == (256, 1024)
     assert d1 == pytest.approx(shape_distance((200,) * 3, (256,) * 3)) and d1 < d2
     assert shape_distance((1024, 1024, 1024), (2048, 1024, 1024)) == 1.0
+    assert shape_distance((0, 1024, 1024), (1, 1024, 1024)) == 0.0  # an empty product looks up a kernel too
 
 
 def test_rows_lacking_required_fields_are_refused():

@@ -58,3 +58,32 @@ def test_accepted_configs_compile_for_sm90(family, dtype):
         else:
             expected = kernels.family(family).shared_bytes(r["config"], dtype)
             assert res["shared_bytes"] == expected, (r["config"], res)
+
+
+UNROLL_CHILD = """
+import json
+import kernels
+from kernels.resources import compile_report, ptx
+base = dict(bm=64, bn=64, bk=16, tm=8, tn=4, pad=4, stages=2)
+out = {}
+for unroll in (False, True):
+    for min_blocks in (1, 2):
+        kernel = kernels.build("vector", dict(base, unroll=unroll, min_blocks=min_blocks), "float32")
+        text = ptx(kernel)
+        out[f"{unroll}-{min_blocks}"] = dict(vector_loads=text.count("ld.shared.v4"),
+            min_blocks=".minnctapersm 2" in text, registers=compile_report(kernel).registers)
+print(json.dumps(out))
+"""
+
+
+def test_unroll_and_min_blocks_reach_the_compiled_code():
+    """unroll: BK steps of (TM + TN) / 4 vector loads each, written out; min_blocks=2: the PTX
+    directive that makes ptxas keep a 128-thread block within 256 registers per thread."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    done = subprocess.run([sys.executable, "-c", UNROLL_CHILD], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout)
+    per_step = (8 + 4) // 4
+    assert out["False-1"]["vector_loads"] == per_step  # one step's loads, in a loop
+    assert out["True-1"]["vector_loads"] == 16 * per_step
+    assert [out[f"{u}-{b}"]["min_blocks"] for u in (False, True) for b in (1, 2)] == [False, True, False, True]

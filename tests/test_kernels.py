@@ -31,13 +31,13 @@ else:
             {"bm": 32, "bn": 16, "bk": 8, "tm": 4, "tn": 1, "pad": 0, "mapping": "contiguous", "prefetch": False},
         ],
         "vector": [
-            {"bm": 32, "bn": 32, "bk": 8, "tm": 4, "tn": 4, "pad": 4, "stages": 2},
-            {"bm": 32, "bn": 64, "bk": 8, "tm": 8, "tn": 4, "pad": 0, "stages": 1},
+            {"bm": 32, "bn": 32, "bk": 8, "tm": 4, "tn": 4, "pad": 4, "stages": 2, "unroll": False, "min_blocks": 1},
+            {"bm": 32, "bn": 64, "bk": 8, "tm": 8, "tn": 4, "pad": 0, "stages": 1, "unroll": True, "min_blocks": 2},
         ],
         # K=19 in 4 splits of one 8-step each leaves the fourth split empty
         "splitk": [
-            {"bm": 32, "bn": 32, "bk": 8, "tm": 4, "tn": 4, "pad": 4, "stages": 2, "splits": 4},
-            {"bm": 32, "bn": 32, "bk": 16, "tm": 8, "tn": 4, "pad": 0, "stages": 1, "splits": 2},
+            {"bm": 32, "bn": 32, "bk": 8, "tm": 4, "tn": 4, "pad": 4, "stages": 2, "unroll": True, "min_blocks": 1, "splits": 4},
+            {"bm": 32, "bn": 32, "bk": 16, "tm": 8, "tn": 4, "pad": 0, "stages": 1, "unroll": False, "min_blocks": 2, "splits": 2},
         ],
     }
     SHAPES = [(1, 1, 1), (1, 13, 1), (7, 1, 3), (17, 23, 19), (3, 41, 37)]

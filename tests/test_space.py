@@ -29,7 +29,7 @@ def test_defaults_are_feasible_everywhere(family, dtype):
         ("naive", {"block_x": 256, "block_y": 8}, "float32", "2048 threads per block > 1024"),
         ("shared", {"tpb": 64}, "float32", "64 is not one of"),
         ("register", {"bm": 16, "tm": 4, "bn": 16, "tn": 4}, "float32", "16 threads per block is less than one warp"),
-        ("register", {"bm": 64, "tm": 16, "tn": 8}, "float32", "128 elements per thread > 64"),
+        ("register", {"bm": 64, "tm": 16, "tn": 16}, "float32", "256 elements per thread > 128"),
         ("register", {"bm": 256, "bn": 256, "bk": 32, "tm": 8, "tn": 8}, "float32", "bytes of shared memory > 49152"),
         ("register", {"bm": 256, "bn": 256, "bk": 8, "tm": 8, "tn": 8}, "float64", "a block of 1024 threads leaves 64"),
         ("register", {"colour": "red"}, "float32", "parameters ['colour'] do not match"),
@@ -38,6 +38,15 @@ def test_defaults_are_feasible_everywhere(family, dtype):
 def test_infeasible_configs_say_why(family, change, dtype, reason):
     config = {**default_config(family), **change}
     assert reason in infeasibility(family, config, dtype, LIMITS)
+
+
+def test_two_blocks_per_sm_must_fit_its_threads_and_registers():
+    vector = {**kernels.vector.DEFAULT, "min_blocks": 2}
+    assert infeasibility("vector", vector, "float32", LIMITS) is None  # 2 x 256 threads, ~128 registers each
+    assert "2 blocks of 256 threads > 384 threads per SM" in infeasibility(
+        "vector", vector, "float32", DeviceLimits(max_threads_per_sm=384))
+    wide = {**vector, "bm": 256}  # 512 threads: two blocks leave 64 registers each
+    assert "2 blocks of 512 threads leaves 64" in infeasibility("vector", wide, "float32", LIMITS)
 
 
 def test_register_tile_must_divide_the_block_tile():

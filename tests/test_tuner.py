@@ -80,6 +80,21 @@ def test_a_rerun_resumes_the_study():
     assert len([t for t in load(third).trials if t.state.is_finished()]) >= 7
 
 
+def test_resuming_with_other_families_is_refused_before_any_trial():
+    run(Replay(), trials=3, families=["register", "shared"])
+    replay = Replay()
+    with pytest.raises(TuneError, match="searched over another space"):
+        run(replay, trials=6, families=["shared", "register"])
+    assert replay.calls == []
+
+
+def test_resuming_after_a_family_gained_a_parameter_is_refused(monkeypatch):
+    run(Replay(), trials=3)
+    monkeypatch.setattr(kernels.register, "SPACE", {**kernels.register.SPACE, "swizzle": [False, True]})
+    with pytest.raises(TuneError, match="kernels of an older mmtune"):
+        run(Replay(), trials=6)
+
+
 def test_infeasible_suggestions_are_pruned_without_measuring():
     replay = Replay()
     result = run(replay, trials=10, families=["naive"], sampler="random", seed=3)
