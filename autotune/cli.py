@@ -45,13 +45,17 @@ def _gflops(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
-def _gpu_list(text: Optional[str]) -> Optional[list[int]]:
+def _int_list(text: Optional[str], option: str, what: str = "positive integers like 8,16,32", least: int = 1):
+    """A comma-separated option as a list of ints of at least `least`; None if not given."""
     if text is None:
         return None
     try:
-        return [int(part) for part in text.split(",")]
+        values = [int(part) for part in text.split(",")]
     except ValueError:
-        raise UserError(f"--gpus takes GPU indices like 0,1; got {text!r}") from None
+        values = []
+    if not values or min(values) < least:
+        raise UserError(f"{option} takes {what}; got {text!r}")
+    return values
 
 
 def _shape(m: Optional[int], n: Optional[int], k: Optional[int]):
@@ -84,7 +88,7 @@ def tune(
         from autotune.cache import CacheError
         from autotune.tuner import TuneError, tune as run
 
-        gpu_list = _gpu_list(gpus)
+        gpu_list = _int_list(gpus, "--gpus", "GPU indices like 0,1", least=0)
         result = run(m, n, k, dtype, trials, timeout, family, sampler, storage, seed, jobs=jobs,
                      trial_timeout=trial_timeout, gpus=gpu_list)
     except (UserError, TuneError, CacheError) as error:
@@ -183,18 +187,6 @@ def bench(
         typer.echo(f"geometric mean of tuned / cuBLAS: {result['geomean_ratio']:.3f} on {result['device']}")
 
 
-def _ints(text: Optional[str], option: str) -> Optional[list[int]]:
-    if text is None:
-        return None
-    try:
-        values = [int(part) for part in text.split(",")]
-    except ValueError:
-        values = []
-    if not values or min(values) <= 0:
-        raise UserError(f"{option} takes positive integers like 8,16,32; got {text!r}")
-    return values
-
-
 @app.command()
 def sweep(
     sizes: Optional[str] = typer.Option(None, help="Square sizes for the naive and shared tables; default the seed's 8,16,...,4096."),
@@ -210,7 +202,8 @@ def sweep(
         _use_simulator(simulate)
         from autotune.sweep import size_table, sweep as run
 
-        chosen = {"sizes": _ints(sizes, "--sizes"), "blocks": _ints(blocks, "--blocks"), "elements": _ints(elements, "--elements")}
+        chosen = {"sizes": _int_list(sizes, "--sizes"), "blocks": _int_list(blocks, "--blocks"),
+                  "elements": _int_list(elements, "--elements")}
         result = run(
             dtype, register_size=register_size, out_dir=out, progress=lambda text: typer.echo(f"measuring {text}", err=True),
             **{name: values for name, values in chosen.items() if values is not None},
