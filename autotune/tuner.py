@@ -272,14 +272,17 @@ def _check_request(m, n, k, dtype, trials, jobs, trial_timeout, gpus, families) 
 
 
 def _check_space(study: optuna.Study, families: list[str], spec: str) -> None:
-    """Refuse to resume a study searched over another space: Optuna cannot mix them."""
+    """Refuse to resume a study searched over another space: Optuna cannot mix them. A trial that
+    another worker is running may hold only the parameters suggested so far."""
     expected = distributions(families)
     for trial in study.get_trials(deepcopy=False):
         family = trial.params.get("family")
         if family is None:  # waiting in the queue, or failed before its first suggestion
             continue
         wanted = {"family"} | {name for name in expected if name.startswith(f"{family}.")}
-        if set(trial.distributions) != wanted or any(expected[n] != d for n, d in trial.distributions.items()):
+        names = set(trial.distributions)
+        complete = names <= wanted if trial.state == TrialState.RUNNING else names == wanted
+        if not complete or any(expected.get(n) != d for n, d in trial.distributions.items()):
             raise TuneError(
                 f"study {study.study_name!r} in {spec} was searched over another space (other --family "
                 f"options or their order, or the kernels of an older mmtune); resume it with the same "

@@ -6,9 +6,9 @@ compute the element offset of a C-contiguous array in unsigned 32-bit arithmetic
 wraparound, so the caller guarantees every index is in range and the array has < 2**32 elements
 (kernels.base.check_operands refuses larger ones). `vector_load` reads `width` adjacent elements
 as one LLVM vector (<4 x float>, <2 x double>), which compiles to one 16-byte load
-(`ld.shared.v4.f32` / `ld.shared.v2.f64` on the shared tiles we use it for); the caller guarantees
-16-byte alignment. Under the CUDA simulator
-(which runs kernels as Python) the same calls are plain indexing.
+(`ld.shared.v4.f32`, `ld.global.v4.f32`, `ld.shared.v2.f64`...) and `vector_store` writes them
+so; the caller guarantees 16-byte alignment, which `rows_aligned` checks for a whole array.
+Under the CUDA simulator (which runs kernels as Python) the same calls are plain indexing.
 """
 
 from __future__ import annotations
@@ -26,9 +26,23 @@ def vector_width(itemsize: int) -> int:
     return VECTOR_BYTES // itemsize
 
 
-def vector_load(width: int):
-    """load(array, index) -> a `width`-tuple of array[index[:-1] + (index[-1] + i,)]."""
-    return _simulated_vector_load(width) if config.ENABLE_CUDASIM else _intrinsic_load(width)
+def vector_load(width: int, bits: int = 64):
+    """load(array, index) -> a `width`-tuple of array[index[:-1] + (index[-1] + i,)]. The offset
+    is computed in `bits` bits (see `_element_pointer`: 64 for shared arrays, 32 for global)."""
+    return _simulated_vector_load(width) if config.ENABLE_CUDASIM else _intrinsic_vector_load(width, bits)
+
+
+def vector_store(width: int):
+    """store(array, index, values): array[index[:-1] + (index[-1] + i,)] = values[i], one
+    16-byte store into a shared array."""
+    return _simulated_vector_store(width) if config.ENABLE_CUDASIM else _intrinsic_vector_store(width)
+
+
+def rows_aligned(width: int):
+    """aligned(array) -> whether every row of a C-contiguous array starts on a 16-byte boundary
+    (its data pointer is aligned and its rows hold a multiple of `width` elements), so that
+    `vector_load` may read it anywhere at a column that is a multiple of `width`."""
+    return _simulated_rows_aligned(width) if config.ENABLE_CUDASIM else _intrinsic_rows_aligned(width)
 
 
 def _simulated_vector_load(width: int):
@@ -37,6 +51,23 @@ def _simulated_vector_load(width: int):
         return tuple(array[head + (last + i,)] for i in range(width))
 
     return load
+
+
+def _simulated_vector_store(width: int):
+    def store(array, index, values):
+        head, last = index[:-1], index[-1]
+        for i in range(width):
+            array[head + (last + i,)] = values[i]
+
+    return store
+
+
+def _simulated_rows_aligned(width: int):
+    def aligned(array):
+        address, row = array.__array_interface__["data"][0], array.shape[len(array.shape) - 1]
+        return address % VECTOR_BYTES == 0 and row % width == 0
+
+    return aligned
 
 
 def _simulated_load(array, index):
@@ -83,7 +114,7 @@ def _indexable(array, index) -> bool:
     return isinstance(array, types.Array) and isinstance(index, types.BaseTuple) and len(index) == array.ndim
 
 
-def _intrinsic_load(width: int):
+def _intrinsic_vector_load(width: int, bits: int):
     from llvmlite import ir
     from numba import types
     from numba.cuda.extending import intrinsic
@@ -95,7 +126,7 @@ def _intrinsic_load(width: int):
         signature = types.UniTuple(array.dtype, width)(array, index)
 
         def codegen(context, builder, sig, args):
-            pointer = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1], bits=64)
+            pointer = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1], bits=bits)
             vector_type = ir.VectorType(context.get_value_type(sig.args[0].dtype), width)
             vector = builder.load(builder.bitcast(pointer, vector_type.as_pointer()), align=VECTOR_BYTES)
             lanes = [builder.extract_element(vector, ir.Constant(ir.IntType(32), i)) for i in range(width)]
@@ -104,6 +135,61 @@ def _intrinsic_load(width: int):
         return signature, codegen
 
     return load
+
+
+def _intrinsic_vector_store(width: int):
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda import cgutils
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def store(typingctx, array, index, values):
+        if not _indexable(array, index) or not isinstance(values, types.BaseTuple) or len(values) != width:
+            return None
+
+        def codegen(context, builder, sig, args):
+            array_type, index_type, values_type = sig.args
+            pointer = _element_pointer(context, builder, array_type, args[0], index_type, args[1], bits=64)
+            element = context.get_value_type(array_type.dtype)
+            vector = ir.Constant(ir.VectorType(element, width), ir.Undefined)
+            lanes = cgutils.unpack_tuple(builder, args[2])
+            for i, (lane, kind) in enumerate(zip(lanes, values_type)):
+                lane = context.cast(builder, lane, kind, array_type.dtype)
+                vector = builder.insert_element(vector, lane, ir.Constant(ir.IntType(32), i))
+            builder.store(vector, builder.bitcast(pointer, vector.type.as_pointer()), align=VECTOR_BYTES)
+            return context.get_dummy_value()
+
+        return types.none(array, index, values), codegen
+
+    return store
+
+
+def _intrinsic_rows_aligned(width: int):
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda import cgutils
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def aligned(typingctx, array):
+        if not isinstance(array, types.Array):
+            return None
+
+        def codegen(context, builder, sig, args):
+            data = context.make_array(sig.args[0])(context, builder, value=args[0])
+            i64 = ir.IntType(64)
+            address = builder.ptrtoint(data.data, i64)
+            row = cgutils.unpack_tuple(builder, data.shape)[-1]
+            misaligned = builder.or_(
+                builder.and_(address, ir.Constant(i64, VECTOR_BYTES - 1)),
+                builder.and_(row, ir.Constant(i64, width - 1)),
+            )
+            return builder.icmp_unsigned("==", misaligned, ir.Constant(i64, 0))
+
+        return types.boolean(array), codegen
+
+    return aligned
 
 
 def _intrinsic_scalar_access():

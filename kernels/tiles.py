@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from numba import cuda
 
-from .base import DeviceLimits, registers_per_value
-from .intrinsics import load, store
+from .base import DeviceLimits, itemsize, registers_per_value
+from .intrinsics import load, rows_aligned, store, vector_load, vector_store, vector_width
 
 MAX_ELEMENTS_PER_THREAD = 128
 #: registers a thread needs besides its tiles (indices, pointers, loop counters), from ptxas reports
@@ -26,9 +26,10 @@ def threads_per_block(config: dict) -> int:
 
 def estimated_registers(config: dict, dtype: str) -> int:
     """Accumulators, fragments and (when prefetching) the next tile's values, plus overhead."""
-    values = config["tm"] * config["tn"] + config["tm"] + config["tn"]
+    values = config["tm"] * config["tn"] + config.get("fragments", 1) * (config["tm"] + config["tn"])
     if config.get("prefetch", True):
-        values += sum(loads_per_thread(config["bm"], config["bn"], config["bk"], threads_per_block(config)))
+        width = vector_width(itemsize(dtype)) if config.get("wide_fetch") else 1
+        values += sum(loads_per_thread(config["bm"], config["bn"], config["bk"], threads_per_block(config), width))
     return values * registers_per_value(dtype) + OVERHEAD_REGISTERS
 
 
@@ -57,19 +58,25 @@ def restrict_tiling(config: dict, dtype: str, limits: DeviceLimits, shared_bytes
     return None
 
 
-def loads_per_thread(bm: int, bn: int, bk: int, threads: int) -> tuple[int, int]:
-    return -(-bm * bk // threads), -(-bk * bn // threads)
+def loads_per_thread(bm: int, bn: int, bk: int, threads: int, width: int = 1) -> tuple[int, int]:
+    """Elements of the A and B tiles a thread fetches, `width` adjacent ones at a time."""
+    return tuple(-(-tile // (width * threads)) * width for tile in (bm * bk, bk * bn))
 
 
-def tile_movers(bm: int, bn: int, bk: int, threads: int, elem_t):
+def tile_movers(bm: int, bn: int, bk: int, threads: int, elem_t, width: int = 1):
     """Device functions fetch(A, B, k0, row0, col0, tid, a_next, b_next) and
-    stash(sA, sB, tid, a_next, b_next) for one tile geometry."""
-    A_TILE, B_TILE = bm * bk, bk * bn
-    A_LOADS, B_LOADS = loads_per_thread(bm, bn, bk, threads)
-    A_EVEN, B_EVEN = A_TILE % threads == 0, B_TILE % threads == 0
-    BK, BN, THREADS = bk, bn, threads
-    fetch_a = _part_fetcher(bm, bk, threads, elem_t)
-    fetch_b = _part_fetcher(bk, bn, threads, elem_t)
+    stash(sA, sB, tid, a_next, b_next) for one tile geometry. With `width` > 1 a thread moves
+    `width` adjacent elements of a row at a time, one 16-byte global load each where the whole
+    tile lies inside a matrix whose rows are 16-byte aligned (scalar loads elsewhere), and one
+    16-byte shared store for B."""
+    A_GROUPS, B_GROUPS = bm * bk // width, bk * bn // width
+    A_LOADS, B_LOADS = loads_per_thread(bm, bn, bk, threads, width)
+    A_EVEN, B_EVEN = A_GROUPS % threads == 0, B_GROUPS % threads == 0
+    A_ROW_GROUPS, B_ROW_GROUPS = bk // width, bn // width
+    THREADS, WIDTH = threads, width
+    fetch_a = _part_fetcher(bm, bk, threads, elem_t, width)
+    fetch_b = _part_fetcher(bk, bn, threads, elem_t, width)
+    store_b = _group_storer(width)
 
     @cuda.jit(device=True)
     def fetch(A, B, k0, row0, col0, tid, a_next, b_next):
@@ -80,39 +87,72 @@ def tile_movers(bm: int, bn: int, bk: int, threads: int, elem_t):
     @cuda.jit(device=True)
     def stash(sA, sB, tid, a_next, b_next):
         """Write the fetched values to shared memory, A transposed."""
-        for i in range(A_LOADS):
-            idx = tid + i * THREADS
-            if A_EVEN or idx < A_TILE:
-                store(sA, (idx % BK, idx // BK), a_next[i])
-        for i in range(B_LOADS):
-            idx = tid + i * THREADS
-            if B_EVEN or idx < B_TILE:
-                store(sB, (idx // BN, idx % BN), b_next[i])
+        for i in range(A_LOADS // WIDTH):
+            group = tid + i * THREADS
+            if A_EVEN or group < A_GROUPS:
+                row, col = group // A_ROW_GROUPS, group % A_ROW_GROUPS * WIDTH
+                for j in range(WIDTH):
+                    store(sA, (col + j, row), a_next[i * WIDTH + j])
+        for i in range(B_LOADS // WIDTH):
+            group = tid + i * THREADS
+            if B_EVEN or group < B_GROUPS:
+                row, col = group // B_ROW_GROUPS, group % B_ROW_GROUPS * WIDTH
+                store_b(sB, (row, col), b_next, i * WIDTH)
 
     return fetch, stash
 
 
-def _part_fetcher(rows: int, cols: int, threads: int, elem_t):
+def _part_fetcher(rows: int, cols: int, threads: int, elem_t, width: int):
     """A device function reading this thread's share of the rows x cols tile of a matrix at
-    (row0, col0) into `out`, element tid + i * threads of the tile (row-major) into out[i].
-    A tile wholly inside the matrix (every tile but the last row, column or k-step of the grid)
-    is read without bounds checks; all addressing is 32-bit (kernels.intrinsics)."""
-    TILE, COLS, ROWS, THREADS = rows * cols, cols, rows, threads
-    LOADS = -(-TILE // threads)
-    EVEN = TILE % threads == 0
+    (row0, col0) into `out`: group tid + i * threads of the tile (row-major, `width` adjacent
+    elements a group) into out[i * width:(i + 1) * width]. A tile wholly inside the matrix (every
+    tile but the last row, column or k-step of the grid) is read without bounds checks, with
+    16-byte loads when `width` > 1 and the matrix's rows are aligned; all addressing is 32-bit
+    (kernels.intrinsics)."""
+    GROUPS, ROW_GROUPS, COLS, ROWS, THREADS, WIDTH = rows * cols // width, cols // width, cols, rows, threads, width
+    LOADS = -(-GROUPS // threads)
+    EVEN = GROUPS % threads == 0
+    wide_load = vector_load(width, bits=32)
+    aligned = rows_aligned(width)
 
     @cuda.jit(device=True)
     def fetch_part(X, row0, col0, tid, out):
-        height, width = X.shape
-        inside = row0 + ROWS <= height and col0 + COLS <= width
+        height, length = X.shape
+        inside = row0 + ROWS <= height and col0 + COLS <= length
+        wide = WIDTH > 1 and inside and aligned(X)
         for i in range(LOADS):
-            idx = tid + i * THREADS
-            r = row0 + idx // COLS
-            c = col0 + idx % COLS
-            v = elem_t(0)
-            if EVEN or idx < TILE:
-                if inside or (r < height and c < width):
-                    v = load(X, (r, c))
-            out[i] = v
+            group = tid + i * THREADS
+            r = row0 + group // ROW_GROUPS
+            c = col0 + group % ROW_GROUPS * WIDTH
+            if wide and (EVEN or group < GROUPS):
+                lanes = wide_load(X, (r, c))
+                for j in range(WIDTH):
+                    out[i * WIDTH + j] = lanes[j]
+            else:
+                for j in range(WIDTH):
+                    v = elem_t(0)
+                    if EVEN or group < GROUPS:
+                        if inside or (r < height and c + j < length):
+                            v = load(X, (r, c + j))
+                    out[i * WIDTH + j] = v
 
     return fetch_part
+
+
+def _group_storer(width: int):
+    """store_group(array, index, values, start): array[index ...+ width] = values[start ...+ width],
+    one 16-byte shared store when width > 1."""
+    if width == 1:
+        return cuda.jit(device=True)(lambda array, index, values, start: store(array, index, values[start]))
+    wide_store = vector_store(width)
+    if width == 2:
+        return cuda.jit(device=True)(
+            lambda array, index, values, start: wide_store(array, index, (values[start], values[start + 1]))
+        )
+    if width == 4:
+        return cuda.jit(device=True)(
+            lambda array, index, values, start: wide_store(
+                array, index, (values[start], values[start + 1], values[start + 2], values[start + 3])
+            )
+        )
+    raise ValueError(f"no {width}-lane vectors")

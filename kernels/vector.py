@@ -9,8 +9,13 @@ k instead of TM + TN. Groups are TY*VEC rows apart, so a warp's loads are adjace
   pad          extra columns per shared row (0 or 4, keeping rows 16-byte aligned)
   stages       2: two shared tiles, the next written while the current is read, one barrier per
                k-step; 1: one tile, two barriers per k-step
-  unroll       the BK steps of a tile as straight-line code (kernels.base.unrolled), so ptxas can
-               load step k+1's fragments while step k multiplies; costs registers
+  unroll       the BK steps of a tile as straight-line code (kernels.base.unrolled)
+  fragments    1: one set of fragment registers, so a step's shared loads wait for the previous
+               step's multiplies to free them; 2 (with unroll): two sets, step k+1's loads issued
+               before step k multiplies, hiding their latency for TM + TN more registers
+  wide_fetch   global reads of VEC adjacent elements as one 16-byte load (and B's shared writes as
+               one 16-byte store) wherever a tile lies inside 16-byte-aligned rows; scalar loads
+               at the edges and for unaligned operands (kernels.tiles)
   min_blocks   blocks per SM ptxas must leave room for (launch_bounds): 2 caps a 256-thread block
                at 128 registers, spilling if it must, for twice the resident warps
 """
@@ -32,9 +37,12 @@ SPACE = {
     "pad": [0, 4],
     "stages": [1, 2],
     "unroll": [False, True],
+    "fragments": [1, 2],
+    "wide_fetch": [False, True],
     "min_blocks": [1, 2],
 }
-DEFAULT = {"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 8, "pad": 4, "stages": 1, "unroll": True, "min_blocks": 1}
+DEFAULT = {"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 8, "pad": 4, "stages": 1, "unroll": True, "fragments": 1,
+           "wide_fetch": False, "min_blocks": 1}
 
 
 def shared_bytes(config: dict, dtype: str) -> int:
@@ -43,6 +51,8 @@ def shared_bytes(config: dict, dtype: str) -> int:
 
 
 def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
+    if config["fragments"] == 2 and not config["unroll"]:
+        return "two fragment sets need unrolled steps (a rolled loop would index them at run time)"
     return restrict_tiling(config, dtype, limits, shared_bytes(config, dtype))
 
 
@@ -62,27 +72,40 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1) -> K
     TX, TY = BN // TN, BM // TM
     THREADS = TX * TY
     ROW_GROUP_STEP, COL_GROUP_STEP = TY * VEC, TX * VEC
-    A_LOADS, B_LOADS = loads_per_thread(BM, BN, BK, THREADS)
+    FETCH_WIDTH = VEC if config["wide_fetch"] else 1
+    A_LOADS, B_LOADS = loads_per_thread(BM, BN, BK, THREADS, FETCH_WIDTH)
     SA_SHAPE = (STAGES, BK, BM + config["pad"])
     SB_SHAPE = (STAGES, BK, BN + config["pad"])
     ALIGN = SHARED_ALIGNMENT
     elem_t = numba_type(dtype)
     load = vector_load(VEC)
-    fetch, stash = tile_movers(BM, BN, BK, THREADS, elem_t)
+    fetch, stash = tile_movers(BM, BN, BK, THREADS, elem_t, FETCH_WIDTH)
+
+    FRAGMENTS = config["fragments"]
 
     @cuda.jit(device=True)
-    def multiply_step(kk, sA, sB, stage, row_base, col_base, a_frag, b_frag, acc):
+    def load_fragments(kk, sA, sB, stage, row_base, col_base, a_frag, b_frag):
+        """Step kk's TM values of A and TN values of B into fragment set kk % FRAGMENTS."""
+        f = kk % FRAGMENTS
         for g in range(GM):
             lanes = load(sA, (stage, kk, row_base + g * ROW_GROUP_STEP))
             for i in range(VEC):
-                a_frag[g * VEC + i] = lanes[i]
+                a_frag[f, g * VEC + i] = lanes[i]
         for h in range(GN):
             lanes = load(sB, (stage, kk, col_base + h * COL_GROUP_STEP))
             for j in range(VEC):
-                b_frag[h * VEC + j] = lanes[j]
+                b_frag[f, h * VEC + j] = lanes[j]
+
+    @cuda.jit(device=True)
+    def multiply_step(kk, sA, sB, stage, row_base, col_base, a_frag, b_frag, acc):
+        if FRAGMENTS == 1 or kk == 0:
+            load_fragments(kk, sA, sB, stage, row_base, col_base, a_frag, b_frag)
+        if FRAGMENTS == 2 and kk + 1 < BK:
+            load_fragments(kk + 1, sA, sB, stage, row_base, col_base, a_frag, b_frag)
+        f = kk % FRAGMENTS
         for i in range(TM):
             for j in range(TN):
-                acc[i, j] += a_frag[i] * b_frag[j]
+                acc[i, j] += a_frag[f, i] * b_frag[f, j]
 
     @cuda.jit(device=True)
     def multiply_loop(sA, sB, stage, row_base, col_base, a_frag, b_frag, acc):
@@ -95,8 +118,8 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1) -> K
         sA = cuda.shared.array(SA_SHAPE, elem_t, alignment=ALIGN)
         sB = cuda.shared.array(SB_SHAPE, elem_t, alignment=ALIGN)
         acc = cuda.local.array((TM, TN), elem_t)
-        a_frag = cuda.local.array(TM, elem_t)
-        b_frag = cuda.local.array(TN, elem_t)
+        a_frag = cuda.local.array((FRAGMENTS, TM), elem_t)
+        b_frag = cuda.local.array((FRAGMENTS, TN), elem_t)
         a_next = cuda.local.array(A_LOADS, elem_t)
         b_next = cuda.local.array(B_LOADS, elem_t)
         tid = cuda.threadIdx.x

@@ -6,8 +6,8 @@
 set -uo pipefail
 out=${1:?usage: gpu_step13.sh OUT_DIR}
 mkdir -p "$out"
-python3 studies/variants.py studies/h200/step13/vector_base.json > /tmp/vector_configs.json
-python3 studies/variants.py studies/h200/step13/splitk_base.json > /tmp/splitk_configs.json
+python3 studies/variants.py studies/h200/step13/vector_base.json unroll min_blocks > /tmp/vector_configs.json
+python3 studies/variants.py studies/h200/step13/splitk_base.json unroll min_blocks > /tmp/splitk_configs.json
 timeout 380 python3 studies/ladder.py --configs /tmp/vector_configs.json \
   --shapes 4096x4096x4096,1024x1024x1024 --out "$out/vector" 2>&1 | tee "$out/vector.txt"
 timeout 80 python3 studies/ladder.py --configs /tmp/splitk_configs.json \

@@ -1,26 +1,33 @@
-"""Expand [[family, config], ...] (configs without `unroll`/`min_blocks`) into every feasible
-combination of those two parameters, as JSON for `ladder.py --configs`.
+"""Expand [[family, config], ...] into every feasible combination of the named parameters' values
+(each over its family's SPACE), as JSON for `ladder.py --configs`. A parameter a base config
+lacks and no axis names takes the family's DEFAULT value.
 
-    python studies/variants.py BASE.json > CONFIGS.json
+    python studies/variants.py BASE.json unroll min_blocks > CONFIGS.json
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 
+import kernels
 from autotune.space import device_limits, infeasibility
 
 
-def main() -> None:
+def expand(bases: list, axes: list[str]) -> list:
     listed = []
-    for family, base in json.load(open(sys.argv[1])):
-        for unroll in (False, True):
-            for min_blocks in (1, 2):
-                config = {**base, "unroll": unroll, "min_blocks": min_blocks}
-                if infeasibility(family, config, "float32", device_limits()) is None:
-                    listed.append([family, config])
-    json.dump(listed, sys.stdout, indent=1)
+    for family, base in bases:
+        module = kernels.family(family)
+        for values in itertools.product(*(module.SPACE[axis] for axis in axes)):
+            config = {**module.DEFAULT, **base, **dict(zip(axes, values))}
+            if infeasibility(family, config, "float32", device_limits()) is None and [family, config] not in listed:
+                listed.append([family, config])
+    return listed
+
+
+def main() -> None:
+    json.dump(expand(json.load(open(sys.argv[1])), sys.argv[2:]), sys.stdout, indent=1)
 
 
 if __name__ == "__main__":

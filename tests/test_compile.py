@@ -60,30 +60,36 @@ def test_accepted_configs_compile_for_sm90(family, dtype):
             assert res["shared_bytes"] == expected, (r["config"], res)
 
 
-UNROLL_CHILD = """
+PIPELINE_CHILD = """
 import json
 import kernels
-from kernels.resources import compile_report, ptx
-base = dict(bm=64, bn=64, bk=16, tm=8, tn=4, pad=4, stages=2)
+from kernels.resources import ptx
+base = dict(bm=64, bn=64, bk=16, tm=8, tn=4, pad=4, stages=2, fragments=1, wide_fetch=False)
+variants = {f"{u}-{b}": dict(unroll=u, min_blocks=b) for u in (False, True) for b in (1, 2)}
+variants["wide"] = dict(unroll=True, min_blocks=1, wide_fetch=True)
+variants["fragments"] = dict(unroll=True, min_blocks=1, fragments=2)
 out = {}
-for unroll in (False, True):
-    for min_blocks in (1, 2):
-        kernel = kernels.build("vector", dict(base, unroll=unroll, min_blocks=min_blocks), "float32")
-        text = ptx(kernel)
-        out[f"{unroll}-{min_blocks}"] = dict(vector_loads=text.count("ld.shared.v4"),
-            min_blocks=".minnctapersm 2" in text, registers=compile_report(kernel).registers)
+for name, variant in variants.items():
+    text = ptx(kernels.build("vector", {**base, **variant}, "float32"))
+    out[name] = dict(vector_loads=text.count("ld.shared.v4"), min_blocks=".minnctapersm 2" in text,
+                     wide_global_loads=text.count("ld.global.v4"), wide_shared_stores=text.count("st.shared.v4"))
 print(json.dumps(out))
 """
 
 
-def test_unroll_and_min_blocks_reach_the_compiled_code():
-    """unroll: BK steps of (TM + TN) / 4 vector loads each, written out; min_blocks=2: the PTX
-    directive that makes ptxas keep a 128-thread block within 256 registers per thread."""
+def test_pipeline_parameters_reach_the_compiled_code():
+    """unroll: BK steps of (TM + TN) / 4 vector loads each, written out (as many with two
+    fragment sets); min_blocks=2: the PTX directive that makes ptxas keep a 128-thread block
+    within 256 registers per thread; wide_fetch: 16-byte global loads (A's 64x16 and B's 16x64
+    tiles are 2 + 2 of them per thread) and B's 16-byte shared stores."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    done = subprocess.run([sys.executable, "-c", UNROLL_CHILD], env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-c", PIPELINE_CHILD], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout)
     per_step = (8 + 4) // 4
     assert out["False-1"]["vector_loads"] == per_step  # one step's loads, in a loop
-    assert out["True-1"]["vector_loads"] == 16 * per_step
+    assert out["True-1"]["vector_loads"] == out["fragments"]["vector_loads"] == 16 * per_step
     assert [out[f"{u}-{b}"]["min_blocks"] for u in (False, True) for b in (1, 2)] == [False, True, False, True]
+    assert out["True-1"]["wide_global_loads"] == out["True-1"]["wide_shared_stores"] == 0
+    # each written twice: the first tile's fetch before the loop, the next tile's inside it
+    assert (out["wide"]["wide_global_loads"], out["wide"]["wide_shared_stores"]) == (2 * (2 + 2), 2 * 2)

@@ -18,9 +18,13 @@ from kernels import OperandError
 
 DTYPES = list(kernels.DTYPES)
 
+PIPELINED = {"unroll": True, "fragments": 2, "wide_fetch": True}
+
 if ON_GPU:
     CONFIGS = {name: [module.DEFAULT] for name, module in kernels.FAMILIES.items()}
-    SHAPES = [(1, 1, 1), (1, 1000, 1), (257, 129, 1), (513, 1021, 769), (1000, 1000, 1000)]
+    for name in ("vector", "splitk"):
+        CONFIGS[name].append({**kernels.FAMILIES[name].DEFAULT, **PIPELINED})
+    SHAPES = [(1, 1, 1), (1, 1000, 1), (257, 129, 1), (513, 1021, 769), (1000, 1000, 1000), (1000, 1024, 996)]
 else:
     # Small tiles keep the simulator (one Python thread per CUDA thread) fast.
     CONFIGS = {
@@ -31,16 +35,20 @@ else:
             {"bm": 32, "bn": 16, "bk": 8, "tm": 4, "tn": 1, "pad": 0, "mapping": "contiguous", "prefetch": False},
         ],
         "vector": [
-            {"bm": 32, "bn": 32, "bk": 8, "tm": 4, "tn": 4, "pad": 4, "stages": 2, "unroll": False, "min_blocks": 1},
-            {"bm": 32, "bn": 64, "bk": 8, "tm": 8, "tn": 4, "pad": 0, "stages": 1, "unroll": True, "min_blocks": 2},
+            {"bm": 32, "bn": 32, "bk": 8, "tm": 4, "tn": 4, "pad": 4, "stages": 2, "unroll": False, "fragments": 1,
+             "wide_fetch": False, "min_blocks": 1},
+            {"bm": 32, "bn": 64, "bk": 8, "tm": 8, "tn": 4, "pad": 0, "stages": 1, "min_blocks": 2, **PIPELINED},
         ],
         # K=19 in 4 splits of one 8-step each leaves the fourth split empty
         "splitk": [
-            {"bm": 32, "bn": 32, "bk": 8, "tm": 4, "tn": 4, "pad": 4, "stages": 2, "unroll": True, "min_blocks": 1, "splits": 4},
-            {"bm": 32, "bn": 32, "bk": 16, "tm": 8, "tn": 4, "pad": 0, "stages": 1, "unroll": False, "min_blocks": 2, "splits": 2},
+            {"bm": 32, "bn": 32, "bk": 8, "tm": 4, "tn": 4, "pad": 4, "stages": 2, "min_blocks": 1, "splits": 4,
+             **PIPELINED},
+            {"bm": 32, "bn": 32, "bk": 16, "tm": 8, "tn": 4, "pad": 0, "stages": 1, "unroll": False, "fragments": 1,
+             "wide_fetch": True, "min_blocks": 2, "splits": 2},
         ],
     }
-    SHAPES = [(1, 1, 1), (1, 13, 1), (7, 1, 3), (17, 23, 19), (3, 41, 37)]
+    # the last has 16-byte-aligned rows (K, N multiples of 4) and whole tiles inside, for wide fetches
+    SHAPES = [(1, 1, 1), (1, 13, 1), (7, 1, 3), (17, 23, 19), (3, 41, 37), (37, 68, 20)]
 
 CASES = [
     pytest.param(family, config, id=f"{family}-{i}")
@@ -76,6 +84,23 @@ def test_family_matches_reference_on_odd_shapes(family, config, dtype, rng):
     for m, n, k in shapes:
         A, B = random_inputs(m, n, k, dtype, rng)
         assert_matches_reference(kernel, A, B)
+
+
+def _off_16_byte_boundary(X):
+    """X on the device, its data 4 bytes past a 16-byte boundary."""
+    flat = cuda.to_device(np.concatenate([X[:1, :1].ravel(), X.ravel()]))
+    return flat[1:].reshape(X.shape)
+
+
+@pytest.mark.parametrize("family", ["vector", "splitk"])
+def test_wide_fetches_fall_back_to_scalar_loads_on_unaligned_operands(family, rng):
+    config = next(c for c in CONFIGS[family] if c["wide_fetch"])
+    kernel = kernels.build(family, config, "float32")
+    m, n, k = SHAPES[-1]
+    A, B = random_inputs(m, n, k, "float32", rng)
+    C = cuda.to_device(np.full((m, n), np.nan, np.float32))
+    kernel(_off_16_byte_boundary(A), _off_16_byte_boundary(B), C)
+    assert relative_error(C.copy_to_host(), reference(A, B)) <= error_bound("float32", k)
 
 
 @pytest.mark.parametrize("family", list(kernels.FAMILIES))

@@ -1,10 +1,11 @@
 """How fast the tuner gets near the best, replaying an exhaustive GPU sweep (no GPU needed).
 
 studies/h200/vector_exhaustive_4096.json holds every feasible float32 `vector` config at 4096^3
-on an H200 (studies/exhaustive.py), swept before the family had `unroll` and `min_blocks` and
-allowed 128 elements per thread. The tuner searches exactly that space (those two parameters
-pinned to what the sweep ran: a rolled loop, no min-blocks bound) with the measurements
-replayed, and must reach 0.97 of the sweep's best within 40 trials.
+on an H200 (studies/exhaustive.py), swept before the family had `unroll`, `fragments`,
+`wide_fetch` and `min_blocks` and allowed 128 elements per thread. The tuner searches exactly that
+space (those parameters pinned to what the sweep ran: a rolled loop, one fragment set, scalar
+fetches, no min-blocks bound) with the measurements replayed, and must reach 0.97 of the sweep's
+best within 40 trials.
 """
 
 import json
@@ -19,7 +20,7 @@ from autotune.cache import Cache
 from autotune.tuner import tune
 
 SWEEP = json.loads((Path(__file__).parent.parent / "studies/h200/vector_exhaustive_4096.json").read_text())
-AS_SWEPT = {"unroll": False, "min_blocks": 1}
+AS_SWEPT = {"unroll": False, "fragments": 1, "wide_fetch": False, "min_blocks": 1}
 SWEPT_DEFAULT = {"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 8, "pad": 4, "stages": 2}  # the warm start's
 TABLE = {config_key(r["family"], {**r["config"], **AS_SWEPT}): r["gflops"] for r in SWEEP["rows"] if "gflops" in r}
 BEST = max(TABLE.values())

@@ -95,6 +95,12 @@ def test_resuming_after_a_family_gained_a_parameter_is_refused(monkeypatch):
         run(Replay(), trials=6)
 
 
+def test_a_trial_another_worker_is_still_suggesting_does_not_block_resuming():
+    study = load(run(Replay(), trials=3))
+    study.ask().suggest_categorical("family", ["register"])  # its other parameters still to come
+    assert run(Replay(), trials=5).new_trials == 2
+
+
 def test_infeasible_suggestions_are_pruned_without_measuring():
     replay = Replay()
     result = run(replay, trials=10, families=["naive"], sampler="random", seed=3)
