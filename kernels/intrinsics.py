@@ -8,7 +8,10 @@ wraparound, so the caller guarantees every index is in range and the array has <
 as one LLVM vector (<4 x float>, <2 x double>), which compiles to one 16-byte load
 (`ld.shared.v4.f32`, `ld.global.v4.f32`, `ld.shared.v2.f64`...) and `vector_store` writes them
 so; the caller guarantees 16-byte alignment, which `rows_aligned` checks for a whole array.
-Under the CUDA simulator (which runs kernels as Python) the same calls are plain indexing.
+`async_copy` moves elements from global to shared memory without staging them in registers
+(`cp.async`, sm_80 and later), completed by `async_commit` and `async_wait` and a barrier.
+Under the CUDA simulator (which runs kernels as Python) the same calls are plain indexing, and
+copies complete at once.
 """
 
 from __future__ import annotations
@@ -43,6 +46,38 @@ def rows_aligned(width: int):
     (its data pointer is aligned and its rows hold a multiple of `width` elements), so that
     `vector_load` may read it anywhere at a column that is a multiple of `width`."""
     return _simulated_rows_aligned(width) if config.ENABLE_CUDASIM else _intrinsic_rows_aligned(width)
+
+
+def async_copy(width: int):
+    """copy(dst, dst_index, src, src_index, valid): start copying `width` adjacent elements of the
+    global array src at src_index into the shared array dst at dst_index (both 16-byte aligned
+    when width > 1); when not `valid`, write zeros and read nothing. The copy is in flight until
+    `async_wait` says its group is done; other threads see it after a barrier."""
+    return _simulated_async_copy(width) if config.ENABLE_CUDASIM else _intrinsic_async_copy(width)
+
+
+def async_commit():
+    """commit(): close the group of copies this thread started since the last commit."""
+    return _simulated_nothing if config.ENABLE_CUDASIM else _intrinsic_asm("cp.async.commit_group;")
+
+
+def async_wait(pending: int):
+    """wait(): block until at most `pending` of this thread's committed groups are in flight."""
+    return _simulated_nothing if config.ENABLE_CUDASIM else _intrinsic_asm(f"cp.async.wait_group {pending};")
+
+
+def _simulated_async_copy(width: int):
+    def copy(dst, dst_index, src, src_index, valid):
+        head, last = dst_index[:-1], dst_index[-1]
+        source_head, source_last = src_index[:-1], src_index[-1]
+        for i in range(width):
+            dst[head + (last + i,)] = src[source_head + (source_last + i,)] if valid else 0
+
+    return copy
+
+
+def _simulated_nothing():
+    pass
 
 
 def _simulated_vector_load(width: int):
@@ -163,6 +198,61 @@ def _intrinsic_vector_store(width: int):
         return types.none(array, index, values), codegen
 
     return store
+
+
+def _intrinsic_async_copy(width: int):
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def copy(typingctx, dst, dst_index, src, src_index, valid):
+        if not (_indexable(dst, dst_index) and _indexable(src, src_index)) or dst.dtype != src.dtype:
+            return None
+
+        def codegen(context, builder, sig, args):
+            dst_type, dst_index_type, src_type, src_index_type, valid_type = sig.args
+            element = context.get_value_type(dst_type.dtype)
+            size = width * context.get_abi_sizeof(element)
+            target = _element_pointer(context, builder, dst_type, args[0], dst_index_type, args[1], bits=64)
+            source = _element_pointer(context, builder, src_type, args[2], src_index_type, args[3])
+            i32 = ir.IntType(32)
+            # Cast to the shared and global address spaces in LLVM, where the backend folds them
+            # into the addressing; inline PTX would convert generic addresses at run time.
+            target = builder.ptrtoint(builder.addrspacecast(target, ir.PointerType(element, 3)), i32)
+            source = builder.ptrtoint(builder.addrspacecast(source, ir.PointerType(element, 1)), ir.IntType(64))
+            valid = context.cast(builder, args[4], valid_type, types.boolean)
+            read = builder.select(valid, ir.Constant(i32, size), ir.Constant(i32, 0))
+            cache = "cg" if size == VECTOR_BYTES else "ca"  # .cg (L2 only) exists for 16-byte copies alone
+            builder.asm(
+                ir.FunctionType(ir.VoidType(), [i32, ir.IntType(64), i32]),
+                f"cp.async.{cache}.shared.global [$0], [$1], {size}, $2;",
+                "r,l,r,~{memory}",
+                [target, source, read],
+                True,
+            )
+            return context.get_dummy_value()
+
+        return types.none(dst, dst_index, src, src_index, valid), codegen
+
+    return copy
+
+
+def _intrinsic_asm(instruction: str):
+    """A device function of no arguments that is one PTX instruction with side effects."""
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def emit(typingctx):
+        def codegen(context, builder, sig, args):
+            builder.asm(ir.FunctionType(ir.VoidType(), []), instruction, "~{memory}", [], True)
+            return context.get_dummy_value()
+
+        return types.none(), codegen
+
+    return emit
 
 
 def _intrinsic_rows_aligned(width: int):

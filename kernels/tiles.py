@@ -3,7 +3,8 @@
 Each of THREADS threads fetches its share of a BM x BK tile of A and a BK x BN tile of B into
 registers (zeros off the matrix edges), then stashes them in shared memory, A transposed so that
 a thread's values of one k are adjacent. Splitting the two steps lets a kernel fetch the next
-tile while it computes on the current one.
+tile while it computes on the current one. `tile_copier` moves the same shares with asynchronous
+copies instead, which need no registers and may run several tiles ahead.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from numba import cuda
 
 from .base import DeviceLimits, itemsize, registers_per_value
-from .intrinsics import load, rows_aligned, store, vector_load, vector_store, vector_width
+from .intrinsics import async_copy, load, rows_aligned, store, vector_load, vector_store, vector_width
 
 MAX_ELEMENTS_PER_THREAD = 128
 #: registers a thread needs besides its tiles (indices, pointers, loop counters), from ptxas reports
@@ -25,9 +26,10 @@ def threads_per_block(config: dict) -> int:
 
 
 def estimated_registers(config: dict, dtype: str) -> int:
-    """Accumulators, fragments and (when prefetching) the next tile's values, plus overhead."""
+    """Accumulators, fragments and (when prefetching through registers) the next tile's values,
+    plus overhead."""
     values = config["tm"] * config["tn"] + config.get("fragments", 1) * (config["tm"] + config["tn"])
-    if config.get("prefetch", True):
+    if config.get("prefetch", True) and not config.get("async_copy"):
         width = vector_width(itemsize(dtype)) if config.get("wide_fetch") else 1
         values += sum(loads_per_thread(config["bm"], config["bn"], config["bk"], threads_per_block(config), width))
     return values * registers_per_value(dtype) + OVERHEAD_REGISTERS
@@ -100,6 +102,68 @@ def tile_movers(bm: int, bn: int, bk: int, threads: int, elem_t, width: int = 1)
                 store_b(sB, (row, col), b_next, i * WIDTH)
 
     return fetch, stash
+
+
+def tile_copier(bm: int, bn: int, bk: int, threads: int, width: int = 1, checked: bool = True):
+    """A device function copy(A, B, k0, row0, col0, tid, sA, sB) starting asynchronous copies
+    (kernels.intrinsics.async_copy) of this thread's share of the A and B tiles at k0 into sA
+    (transposed, so one element at a time) and sB (`width` elements at a time where the tile lies
+    inside 16-byte-aligned rows); zeros off the matrix edges. With checked=False the caller
+    guarantees that both tiles lie inside their matrices and, for width > 1, that B's rows are
+    aligned: no tests at all, which matters because ptxas predicates rather than branches around
+    the few instructions of a copy, so the edge path would cost its instructions on every tile.
+    The caller commits and waits."""
+    copy_a = _part_copier(bm, bk, threads, 1, transposed=True, checked=checked)
+    copy_b = _part_copier(bk, bn, threads, width, transposed=False, checked=checked)
+
+    @cuda.jit(device=True)
+    def copy(A, B, k0, row0, col0, tid, sA, sB):
+        copy_a(A, row0, k0, tid, sA)
+        copy_b(B, k0, col0, tid, sB)
+
+    return copy
+
+
+def _part_copier(rows: int, cols: int, threads: int, width: int, transposed: bool, checked: bool):
+    """A device function copying this thread's share of the rows x cols tile of a matrix at
+    (row0, col0) into a shared tile, grouped as in `_part_fetcher`; with `transposed`, element
+    (r, c) of the tile goes to (c, r)."""
+    GROUPS, ROW_GROUPS, COLS, ROWS, THREADS, WIDTH = rows * cols // width, cols // width, cols, rows, threads, width
+    LOADS = -(-GROUPS // threads)
+    EVEN = GROUPS % threads == 0
+    TRANSPOSED, CHECKED = transposed, checked
+    wide_copy, element_copy = async_copy(width), async_copy(1)
+    aligned = rows_aligned(width)
+
+    @cuda.jit(device=True)
+    def copy_element(tile, tile_row, tile_col, X, r, c, valid):
+        if TRANSPOSED:
+            element_copy(tile, (tile_col, tile_row), X, (r, c), valid)
+        else:
+            element_copy(tile, (tile_row, tile_col), X, (r, c), valid)
+
+    @cuda.jit(device=True)
+    def copy_part(X, row0, col0, tid, tile):
+        height, length = X.shape
+        inside = not CHECKED or (row0 + ROWS <= height and col0 + COLS <= length)
+        wide = WIDTH > 1 and inside and (not CHECKED or aligned(X))
+        for i in range(LOADS):
+            group = tid + i * THREADS
+            if EVEN or group < GROUPS:
+                tile_row, tile_col = group // ROW_GROUPS, group % ROW_GROUPS * WIDTH
+                r, c = row0 + tile_row, col0 + tile_col
+                if wide:
+                    wide_copy(tile, (tile_row, tile_col), X, (r, c), True)
+                elif inside:
+                    for j in range(WIDTH):
+                        copy_element(tile, tile_row, tile_col + j, X, r, c + j, True)
+                else:
+                    for j in range(WIDTH):
+                        valid = r < height and c + j < length
+                        # nothing is read from an invalid source, but its address must be one
+                        copy_element(tile, tile_row, tile_col + j, X, r if valid else 0, c + j if valid else 0, valid)
+
+    return copy_part
 
 
 def _part_fetcher(rows: int, cols: int, threads: int, elem_t, width: int):

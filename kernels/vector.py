@@ -7,8 +7,8 @@ k instead of TM + TN. Groups are TY*VEC rows apart, so a warp's loads are adjace
 (conflict-free) and its stores to C cover whole segments. Parameters:
   bm, bn, bk   block tile;  tm, tn   register tile (multiples of 4)
   pad          extra columns per shared row (0 or 4, keeping rows 16-byte aligned)
-  stages       2: two shared tiles, the next written while the current is read, one barrier per
-               k-step; 1: one tile, two barriers per k-step
+  stages       shared tiles: 1, two barriers per k-step; 2 or more, the next tile written while
+               the current one is read, one barrier per k-step
   unroll       the BK steps of a tile as straight-line code (kernels.base.unrolled)
   fragments    1: one set of fragment registers, so a step's shared loads wait for the previous
                step's multiplies to free them; 2 (with unroll): two sets, step k+1's loads issued
@@ -16,6 +16,10 @@ k instead of TM + TN. Groups are TY*VEC rows apart, so a warp's loads are adjace
   wide_fetch   global reads of VEC adjacent elements as one 16-byte load (and B's shared writes as
                one 16-byte store) wherever a tile lies inside 16-byte-aligned rows; scalar loads
                at the edges and for unaligned operands (kernels.tiles)
+  async_copy   tiles copied from global to shared memory by `cp.async` (kernels.tiles.tile_copier)
+               STAGES - 1 tiles ahead of the one being multiplied, instead of through registers
+               one tile ahead: no registers held for the next tile, and with 3 or 4 stages more
+               loads in flight
   min_blocks   blocks per SM ptxas must leave room for (launch_bounds): 2 caps a 256-thread block
                at 128 registers, spilling if it must, for twice the resident warps
 """
@@ -25,8 +29,8 @@ from __future__ import annotations
 from numba import cuda
 
 from .base import DeviceLimits, Kernel, itemsize, numba_type, unrolled
-from .intrinsics import SHARED_ALIGNMENT, vector_load, vector_width
-from .tiles import loads_per_thread, restrict_tiling, tile_movers
+from .intrinsics import SHARED_ALIGNMENT, async_commit, async_wait, rows_aligned, vector_load, vector_width
+from .tiles import loads_per_thread, restrict_tiling, tile_copier, tile_movers
 
 SPACE = {
     "bm": [32, 64, 128, 256],
@@ -35,14 +39,15 @@ SPACE = {
     "tm": [4, 8, 16],
     "tn": [4, 8, 16],
     "pad": [0, 4],
-    "stages": [1, 2],
+    "stages": [1, 2, 3, 4],
     "unroll": [False, True],
     "fragments": [1, 2],
     "wide_fetch": [False, True],
+    "async_copy": [False, True],
     "min_blocks": [1, 2],
 }
 DEFAULT = {"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 8, "pad": 4, "stages": 1, "unroll": True, "fragments": 1,
-           "wide_fetch": False, "min_blocks": 1}
+           "wide_fetch": False, "async_copy": False, "min_blocks": 1}
 
 
 def shared_bytes(config: dict, dtype: str) -> int:
@@ -53,6 +58,10 @@ def shared_bytes(config: dict, dtype: str) -> int:
 def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
     if config["fragments"] == 2 and not config["unroll"]:
         return "two fragment sets need unrolled steps (a rolled loop would index them at run time)"
+    if config["async_copy"] and config["stages"] == 1:
+        return "asynchronous copies need a second shared tile to copy into"
+    if config["stages"] > 2 and not config["async_copy"]:
+        return "copies through registers run one tile ahead, so more than 2 shared tiles would sit idle"
     return restrict_tiling(config, dtype, limits, shared_bytes(config, dtype))
 
 
@@ -73,6 +82,7 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1) -> K
     THREADS = TX * TY
     ROW_GROUP_STEP, COL_GROUP_STEP = TY * VEC, TX * VEC
     FETCH_WIDTH = VEC if config["wide_fetch"] else 1
+    ASYNC = config["async_copy"]
     A_LOADS, B_LOADS = loads_per_thread(BM, BN, BK, THREADS, FETCH_WIDTH)
     SA_SHAPE = (STAGES, BK, BM + config["pad"])
     SB_SHAPE = (STAGES, BK, BN + config["pad"])
@@ -80,6 +90,8 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1) -> K
     elem_t = numba_type(dtype)
     load = vector_load(VEC)
     fetch, stash = tile_movers(BM, BN, BK, THREADS, elem_t, FETCH_WIDTH)
+    tile_copier_checked = tile_copier(BM, BN, BK, THREADS, FETCH_WIDTH)
+    commit, wait_for_oldest = async_commit(), async_wait(STAGES - 2)
 
     FRAGMENTS = config["fragments"]
 
@@ -114,30 +126,12 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1) -> K
 
     multiply_tile = unrolled(multiply_step, BK) if config["unroll"] else multiply_loop
 
-    def vector_matmul(A, B, C):
-        sA = cuda.shared.array(SA_SHAPE, elem_t, alignment=ALIGN)
-        sB = cuda.shared.array(SB_SHAPE, elem_t, alignment=ALIGN)
-        acc = cuda.local.array((TM, TN), elem_t)
-        a_frag = cuda.local.array((FRAGMENTS, TM), elem_t)
-        b_frag = cuda.local.array((FRAGMENTS, TN), elem_t)
+    @cuda.jit(device=True)
+    def through_registers(A, B, sA, sB, k_begin, k_end, row0, col0, tid, row_base, col_base, a_frag, b_frag, acc):
+        """Multiply the tiles from k_begin to k_end, each fetched into registers while the one
+        before it is multiplied, then stashed in shared memory."""
         a_next = cuda.local.array(A_LOADS, elem_t)
         b_next = cuda.local.array(B_LOADS, elem_t)
-        tid = cuda.threadIdx.x
-        row_base = (tid // TX) * VEC
-        col_base = (tid % TX) * VEC
-        row0 = cuda.blockIdx.y * BM
-        col0 = cuda.blockIdx.x * BN
-        M, K = A.shape
-        N = B.shape[1]
-        k_begin, k_end = 0, K
-        if SPLITS > 1:
-            k_span = -(-K // (SPLITS * BK)) * BK
-            k_begin = cuda.blockIdx.z * k_span
-            k_end = min(K, k_begin + k_span)
-        for i in range(TM):
-            for j in range(TN):
-                acc[i, j] = elem_t(0)
-
         fetch(A, B, k_begin, row0, col0, tid, a_next, b_next)
         stash(sA[0], sB[0], tid, a_next, b_next)
         cuda.syncthreads()
@@ -154,6 +148,74 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1) -> K
             if has_next:
                 stash(sA[stage], sB[stage], tid, a_next, b_next)
             cuda.syncthreads()
+
+    def copied_steps(copy):
+        """Multiply the tiles from k_from to k_to, each copied asynchronously into shared memory
+        STAGES - 1 tiles ahead by `copy`; returns the next (stage, ahead)."""
+
+        @cuda.jit(device=True)
+        def steps(A, B, sA, sB, k_from, k_to, k_end, stage, ahead, row0, col0, tid, row_base, col_base, a_frag, b_frag,
+                  acc):
+            for k0 in range(k_from, k_to, BK):
+                wait_for_oldest()  # this thread's copies of the tile at k0 have landed
+                cuda.syncthreads()  # so have everyone's, and everyone is done with the previous tile
+                k_ahead = k0 + (STAGES - 1) * BK
+                if k_ahead < k_end:
+                    copy(A, B, k_ahead, row0, col0, tid, sA[ahead], sB[ahead])
+                commit()
+                multiply_tile(sA, sB, stage, row_base, col_base, a_frag, b_frag, acc)
+                ahead = stage  # the tile just multiplied is the next one to copy into
+                stage = stage + 1 if stage + 1 < STAGES else 0
+            return stage, ahead
+
+        return steps
+
+    checked_steps = copied_steps(tile_copier_checked)
+    unchecked_steps = copied_steps(tile_copier(BM, BN, BK, THREADS, FETCH_WIDTH, checked=False))
+    b_aligned = rows_aligned(VEC)
+
+    @cuda.jit(device=True)
+    def through_copies(A, B, sA, sB, k_begin, k_end, row0, col0, tid, row_base, col_base, a_frag, b_frag, acc):
+        """Multiply the tiles from k_begin to k_end, each copied asynchronously into shared
+        memory STAGES - 1 tiles ahead: without bounds tests while the copies stay inside."""
+        for s in range(STAGES - 1):
+            if k_begin + s * BK < k_end:
+                tile_copier_checked(A, B, k_begin + s * BK, row0, col0, tid, sA[s], sB[s])
+            commit()  # empty groups too: the wait below counts groups
+        M, N = A.shape[0], B.shape[1]
+        unchecked = 0
+        if row0 + BM <= M and col0 + BN <= N and (FETCH_WIDTH == 1 or b_aligned(B)):
+            unchecked = max(0, (k_end - k_begin) // BK - STAGES + 1)  # tiles whose copy-ahead is whole
+        k_split = k_begin + unchecked * BK
+        stage, ahead = unchecked_steps(A, B, sA, sB, k_begin, k_split, k_end, 0, STAGES - 1, row0, col0, tid,
+                                       row_base, col_base, a_frag, b_frag, acc)
+        checked_steps(A, B, sA, sB, k_split, k_end, k_end, stage, ahead, row0, col0, tid, row_base, col_base,
+                      a_frag, b_frag, acc)
+
+    multiply_all = through_copies if ASYNC else through_registers
+
+    def vector_matmul(A, B, C):
+        sA = cuda.shared.array(SA_SHAPE, elem_t, alignment=ALIGN)
+        sB = cuda.shared.array(SB_SHAPE, elem_t, alignment=ALIGN)
+        acc = cuda.local.array((TM, TN), elem_t)
+        a_frag = cuda.local.array((FRAGMENTS, TM), elem_t)
+        b_frag = cuda.local.array((FRAGMENTS, TN), elem_t)
+        tid = cuda.threadIdx.x
+        row_base = (tid // TX) * VEC
+        col_base = (tid % TX) * VEC
+        row0 = cuda.blockIdx.y * BM
+        col0 = cuda.blockIdx.x * BN
+        M, K = A.shape
+        N = B.shape[1]
+        k_begin, k_end = 0, K
+        if SPLITS > 1:
+            k_span = -(-K // (SPLITS * BK)) * BK
+            k_begin = cuda.blockIdx.z * k_span
+            k_end = min(K, k_begin + k_span)
+        for i in range(TM):
+            for j in range(TN):
+                acc[i, j] = elem_t(0)
+        multiply_all(A, B, sA, sB, k_begin, k_end, row0, col0, tid, row_base, col_base, a_frag, b_frag, acc)
 
         for g in range(GM):
             for i in range(VEC):

@@ -64,15 +64,18 @@ PIPELINE_CHILD = """
 import json
 import kernels
 from kernels.resources import ptx
-base = dict(bm=64, bn=64, bk=16, tm=8, tn=4, pad=4, stages=2, fragments=1, wide_fetch=False)
+base = dict(bm=64, bn=64, bk=16, tm=8, tn=4, pad=4, stages=2, fragments=1, wide_fetch=False, async_copy=False)
 variants = {f"{u}-{b}": dict(unroll=u, min_blocks=b) for u in (False, True) for b in (1, 2)}
 variants["wide"] = dict(unroll=True, min_blocks=1, wide_fetch=True)
 variants["fragments"] = dict(unroll=True, min_blocks=1, fragments=2)
+variants["async"] = dict(unroll=True, min_blocks=1, wide_fetch=True, async_copy=True, stages=3)
 out = {}
 for name, variant in variants.items():
     text = ptx(kernels.build("vector", {**base, **variant}, "float32"))
     out[name] = dict(vector_loads=text.count("ld.shared.v4"), min_blocks=".minnctapersm 2" in text,
-                     wide_global_loads=text.count("ld.global.v4"), wide_shared_stores=text.count("st.shared.v4"))
+                     wide_global_loads=text.count("ld.global.v4"), wide_shared_stores=text.count("st.shared.v4"),
+                     global_loads=text.count("ld.global"), wide_copies=text.count("cp.async.cg.shared.global [%r"),
+                     element_copies=text.count("cp.async.ca.shared.global [%r"), waits=text.count("cp.async.wait_group 1;"))
 print(json.dumps(out))
 """
 
@@ -81,7 +84,11 @@ def test_pipeline_parameters_reach_the_compiled_code():
     """unroll: BK steps of (TM + TN) / 4 vector loads each, written out (as many with two
     fragment sets); min_blocks=2: the PTX directive that makes ptxas keep a 128-thread block
     within 256 registers per thread; wide_fetch: 16-byte global loads (A's 64x16 and B's 16x64
-    tiles are 2 + 2 of them per thread) and B's 16-byte shared stores."""
+    tiles are 2 + 2 of them per thread) and B's 16-byte shared stores; async_copy: no global loads;
+    A's 8 elements per thread copied one by one and B's as 2 16-byte copies, in the prologue and
+    in two loops: one without bounds tests, then one with them (where both paths, inside and at
+    the edges, are written out for A and for B's unaligned fallback of 8 elements), each loop
+    with its own written-out tile and waiting for all but the newest of 3 - 1 tiles."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     done = subprocess.run([sys.executable, "-c", PIPELINE_CHILD], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -93,3 +100,8 @@ def test_pipeline_parameters_reach_the_compiled_code():
     assert out["True-1"]["wide_global_loads"] == out["True-1"]["wide_shared_stores"] == 0
     # each written twice: the first tile's fetch before the loop, the next tile's inside it
     assert (out["wide"]["wide_global_loads"], out["wide"]["wide_shared_stores"]) == (2 * (2 + 2), 2 * 2)
+    copies = out["async"]
+    assert (copies["global_loads"], copies["wide_shared_stores"], copies["waits"]) == (0, 0, 2)
+    assert copies["vector_loads"] == 2 * 16 * per_step
+    checked = 2 * 8 + 2 * 8  # A inside and at the edges; B's fallback inside and at the edges
+    assert (copies["wide_copies"], copies["element_copies"]) == (3 * 2, 2 * checked + 8)

@@ -18,12 +18,14 @@ from kernels import OperandError
 
 DTYPES = list(kernels.DTYPES)
 
-PIPELINED = {"unroll": True, "fragments": 2, "wide_fetch": True}
+PIPELINED = {"unroll": True, "fragments": 2, "wide_fetch": True, "async_copy": False}
+ASYNC = {**PIPELINED, "async_copy": True}
 
 if ON_GPU:
     CONFIGS = {name: [module.DEFAULT] for name, module in kernels.FAMILIES.items()}
     for name in ("vector", "splitk"):
         CONFIGS[name].append({**kernels.FAMILIES[name].DEFAULT, **PIPELINED})
+        CONFIGS[name].append({**kernels.FAMILIES[name].DEFAULT, **ASYNC, "stages": 3})
     SHAPES = [(1, 1, 1), (1, 1000, 1), (257, 129, 1), (513, 1021, 769), (1000, 1000, 1000), (1000, 1024, 996)]
 else:
     # Small tiles keep the simulator (one Python thread per CUDA thread) fast.
@@ -36,19 +38,21 @@ else:
         ],
         "vector": [
             {"bm": 32, "bn": 32, "bk": 8, "tm": 4, "tn": 4, "pad": 4, "stages": 2, "unroll": False, "fragments": 1,
-             "wide_fetch": False, "min_blocks": 1},
+             "wide_fetch": False, "async_copy": False, "min_blocks": 1},
             {"bm": 32, "bn": 64, "bk": 8, "tm": 8, "tn": 4, "pad": 0, "stages": 1, "min_blocks": 2, **PIPELINED},
+            {"bm": 32, "bn": 32, "bk": 8, "tm": 4, "tn": 4, "pad": 4, "stages": 3, "min_blocks": 1, **ASYNC},
         ],
         # K=19 in 4 splits of one 8-step each leaves the fourth split empty
         "splitk": [
             {"bm": 32, "bn": 32, "bk": 8, "tm": 4, "tn": 4, "pad": 4, "stages": 2, "min_blocks": 1, "splits": 4,
-             **PIPELINED},
+             **ASYNC},
             {"bm": 32, "bn": 32, "bk": 16, "tm": 8, "tn": 4, "pad": 0, "stages": 1, "unroll": False, "fragments": 1,
-             "wide_fetch": True, "min_blocks": 2, "splits": 2},
+             "wide_fetch": True, "async_copy": False, "min_blocks": 2, "splits": 2},
         ],
     }
-    # the last has 16-byte-aligned rows (K, N multiples of 4) and whole tiles inside, for wide fetches
-    SHAPES = [(1, 1, 1), (1, 13, 1), (7, 1, 3), (17, 23, 19), (3, 41, 37), (37, 68, 20)]
+    # the last has 16-byte-aligned rows (K, N multiples of 4) and whole tiles inside, for wide fetches,
+    # and K long enough for asynchronous copies to run unchecked for a few tiles
+    SHAPES = [(1, 1, 1), (1, 13, 1), (7, 1, 3), (17, 23, 19), (3, 41, 37), (37, 68, 44)]
 
 CASES = [
     pytest.param(family, config, id=f"{family}-{i}")
@@ -92,9 +96,11 @@ def _off_16_byte_boundary(X):
     return flat[1:].reshape(X.shape)
 
 
-@pytest.mark.parametrize("family", ["vector", "splitk"])
-def test_wide_fetches_fall_back_to_scalar_loads_on_unaligned_operands(family, rng):
-    config = next(c for c in CONFIGS[family] if c["wide_fetch"])
+WIDE_CASES = [case for case in CASES if case.values[1].get("wide_fetch")]
+
+
+@pytest.mark.parametrize("family,config", WIDE_CASES)
+def test_wide_fetches_fall_back_to_scalar_loads_on_unaligned_operands(family, config, rng):
     kernel = kernels.build(family, config, "float32")
     m, n, k = SHAPES[-1]
     A, B = random_inputs(m, n, k, "float32", rng)

@@ -33,6 +33,9 @@ def test_defaults_are_feasible_everywhere(family, dtype):
         ("register", {"bm": 256, "bn": 256, "bk": 32, "tm": 8, "tn": 8}, "float32", "bytes of shared memory > 49152"),
         ("register", {"bm": 256, "bn": 256, "bk": 8, "tm": 8, "tn": 8}, "float64", "a block of 1024 threads leaves 64"),
         ("register", {"colour": "red"}, "float32", "parameters ['colour'] do not match"),
+        ("vector", {"async_copy": True, "stages": 1}, "float32", "need a second shared tile"),
+        ("vector", {"stages": 3}, "float32", "more than 2 shared tiles would sit idle"),
+        ("vector", {"async_copy": True, "stages": 4, "bm": 256, "tm": 16}, "float32", "50176 bytes of shared memory"),
     ],
 )
 def test_infeasible_configs_say_why(family, change, dtype, reason):
