@@ -65,16 +65,22 @@ def loads_per_thread(bm: int, bn: int, bk: int, threads: int, width: int = 1) ->
     return tuple(-(-tile // (width * threads)) * width for tile in (bm * bk, bk * bn))
 
 
+def _share(rows: int, cols: int, threads: int, width: int) -> tuple[int, int, int, bool]:
+    """How `threads` threads split a rows x cols tile in groups of `width` adjacent elements of a
+    row, group tid + i * threads going to thread tid: (groups, groups per row, groups per thread,
+    whether every thread has as many)."""
+    groups = rows * cols // width
+    return groups, cols // width, -(-groups // threads), groups % threads == 0
+
+
 def tile_movers(bm: int, bn: int, bk: int, threads: int, elem_t, width: int = 1):
     """Device functions fetch(A, B, k0, row0, col0, tid, a_next, b_next) and
     stash(sA, sB, tid, a_next, b_next) for one tile geometry. With `width` > 1 a thread moves
     `width` adjacent elements of a row at a time, one 16-byte global load each where the whole
     tile lies inside a matrix whose rows are 16-byte aligned (scalar loads elsewhere), and one
     16-byte shared store for B."""
-    A_GROUPS, B_GROUPS = bm * bk // width, bk * bn // width
-    A_LOADS, B_LOADS = loads_per_thread(bm, bn, bk, threads, width)
-    A_EVEN, B_EVEN = A_GROUPS % threads == 0, B_GROUPS % threads == 0
-    A_ROW_GROUPS, B_ROW_GROUPS = bk // width, bn // width
+    A_GROUPS, A_ROW_GROUPS, A_SHARE, A_EVEN = _share(bm, bk, threads, width)
+    B_GROUPS, B_ROW_GROUPS, B_SHARE, B_EVEN = _share(bk, bn, threads, width)
     THREADS, WIDTH = threads, width
     fetch_a = _part_fetcher(bm, bk, threads, elem_t, width)
     fetch_b = _part_fetcher(bk, bn, threads, elem_t, width)
@@ -89,13 +95,13 @@ def tile_movers(bm: int, bn: int, bk: int, threads: int, elem_t, width: int = 1)
     @cuda.jit(device=True)
     def stash(sA, sB, tid, a_next, b_next):
         """Write the fetched values to shared memory, A transposed."""
-        for i in range(A_LOADS // WIDTH):
+        for i in range(A_SHARE):
             group = tid + i * THREADS
             if A_EVEN or group < A_GROUPS:
                 row, col = group // A_ROW_GROUPS, group % A_ROW_GROUPS * WIDTH
                 for j in range(WIDTH):
                     store(sA, (col + j, row), a_next[i * WIDTH + j])
-        for i in range(B_LOADS // WIDTH):
+        for i in range(B_SHARE):
             group = tid + i * THREADS
             if B_EVEN or group < B_GROUPS:
                 row, col = group // B_ROW_GROUPS, group % B_ROW_GROUPS * WIDTH
@@ -128,9 +134,8 @@ def _part_copier(rows: int, cols: int, threads: int, width: int, transposed: boo
     """A device function copying this thread's share of the rows x cols tile of a matrix at
     (row0, col0) into a shared tile, grouped as in `_part_fetcher`; with `transposed`, element
     (r, c) of the tile goes to (c, r)."""
-    GROUPS, ROW_GROUPS, COLS, ROWS, THREADS, WIDTH = rows * cols // width, cols // width, cols, rows, threads, width
-    LOADS = -(-GROUPS // threads)
-    EVEN = GROUPS % threads == 0
+    GROUPS, ROW_GROUPS, LOADS, EVEN = _share(rows, cols, threads, width)
+    COLS, ROWS, THREADS, WIDTH = cols, rows, threads, width
     TRANSPOSED, CHECKED = transposed, checked
     wide_copy, element_copy = async_copy(width), async_copy(1)
     aligned = rows_aligned(width)
@@ -173,9 +178,8 @@ def _part_fetcher(rows: int, cols: int, threads: int, elem_t, width: int):
     tile but the last row, column or k-step of the grid) is read without bounds checks, with
     16-byte loads when `width` > 1 and the matrix's rows are aligned; all addressing is 32-bit
     (kernels.intrinsics)."""
-    GROUPS, ROW_GROUPS, COLS, ROWS, THREADS, WIDTH = rows * cols // width, cols // width, cols, rows, threads, width
-    LOADS = -(-GROUPS // threads)
-    EVEN = GROUPS % threads == 0
+    GROUPS, ROW_GROUPS, LOADS, EVEN = _share(rows, cols, threads, width)
+    COLS, ROWS, THREADS, WIDTH = cols, rows, threads, width
     wide_load = vector_load(width, bits=32)
     aligned = rows_aligned(width)
 

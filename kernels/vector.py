@@ -151,22 +151,21 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1) -> K
 
     def copied_steps(copy):
         """Multiply the tiles from k_from to k_to, each copied asynchronously into shared memory
-        STAGES - 1 tiles ahead by `copy`; returns the next (stage, ahead)."""
+        STAGES - 1 tiles ahead by `copy`, starting in shared tile `stage`; returns the next stage."""
 
         @cuda.jit(device=True)
-        def steps(A, B, sA, sB, k_from, k_to, k_end, stage, ahead, row0, col0, tid, row_base, col_base, a_frag, b_frag,
-                  acc):
+        def steps(A, B, sA, sB, k_from, k_to, k_end, stage, row0, col0, tid, row_base, col_base, a_frag, b_frag, acc):
             for k0 in range(k_from, k_to, BK):
                 wait_for_oldest()  # this thread's copies of the tile at k0 have landed
                 cuda.syncthreads()  # so have everyone's, and everyone is done with the previous tile
                 k_ahead = k0 + (STAGES - 1) * BK
                 if k_ahead < k_end:
+                    ahead = stage - 1 if stage > 0 else STAGES - 1  # the previous tile's, now free
                     copy(A, B, k_ahead, row0, col0, tid, sA[ahead], sB[ahead])
                 commit()
                 multiply_tile(sA, sB, stage, row_base, col_base, a_frag, b_frag, acc)
-                ahead = stage  # the tile just multiplied is the next one to copy into
                 stage = stage + 1 if stage + 1 < STAGES else 0
-            return stage, ahead
+            return stage
 
         return steps
 
@@ -187,10 +186,10 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1) -> K
         if row0 + BM <= M and col0 + BN <= N and (FETCH_WIDTH == 1 or b_aligned(B)):
             unchecked = max(0, (k_end - k_begin) // BK - STAGES + 1)  # tiles whose copy-ahead is whole
         k_split = k_begin + unchecked * BK
-        stage, ahead = unchecked_steps(A, B, sA, sB, k_begin, k_split, k_end, 0, STAGES - 1, row0, col0, tid,
-                                       row_base, col_base, a_frag, b_frag, acc)
-        checked_steps(A, B, sA, sB, k_split, k_end, k_end, stage, ahead, row0, col0, tid, row_base, col_base,
-                      a_frag, b_frag, acc)
+        stage = unchecked_steps(A, B, sA, sB, k_begin, k_split, k_end, 0, row0, col0, tid, row_base, col_base,
+                                a_frag, b_frag, acc)
+        checked_steps(A, B, sA, sB, k_split, k_end, k_end, stage, row0, col0, tid, row_base, col_base, a_frag, b_frag,
+                      acc)
 
     multiply_all = through_copies if ASYNC else through_registers
 
