@@ -197,14 +197,17 @@ def time_launches(launch: Callable[[], None], warmup: int = 3, repeat: int = 20)
     stop.synchronize()
     single_ms = cuda.event_elapsed_time(start, stop)
     per_sample = max(1, min(1000, math.ceil(SAMPLE_SECONDS * 1e3 / max(single_ms, 1e-4))))
-    samples = []
-    for _ in range(repeat):
+    # Every sample is enqueued before any is waited for, behind a lead launch: the GPU runs them
+    # back to back, so a host busy elsewhere (compiling the next trial) adds no idle time to them.
+    events = [(cuda.event(), cuda.event()) for _ in range(repeat)]
+    launch()
+    for start, stop in events:
         start.record()
         for _ in range(per_sample):
             launch()
         stop.record()
-        stop.synchronize()
-        samples.append(cuda.event_elapsed_time(start, stop) / per_sample)
+    cuda.synchronize()
+    samples = [cuda.event_elapsed_time(start, stop) / per_sample for start, stop in events]
     return _timing(samples, per_sample)
 
 

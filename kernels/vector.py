@@ -126,28 +126,59 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1) -> K
 
     multiply_tile = unrolled(multiply_step, BK) if config["unroll"] else multiply_loop
 
+    def fetched_steps(fetch, checked):
+        """Multiply the tiles from k_from to k_to, each fetched into registers by `fetch` while the
+        one before it is multiplied, then stashed in shared tile `stage`; returns the next stage.
+        Unchecked, the caller guarantees that every tile has a next one."""
+
+        @cuda.jit(device=True)
+        def steps(A, B, sA, sB, k_from, k_to, k_end, stage, row0, col0, tid, row_base, col_base, a_frag, b_frag,
+                  acc, a_next, b_next):
+            for k0 in range(k_from, k_to, BK):
+                has_next = not checked or k0 + BK < k_end
+                if has_next:
+                    fetch(A, B, k0 + BK, row0, col0, tid, a_next, b_next)
+                multiply_tile(sA, sB, stage, row_base, col_base, a_frag, b_frag, acc)
+                if STAGES == 1:
+                    cuda.syncthreads()  # everyone is done reading before the tile is overwritten
+                else:
+                    stage = 1 - stage
+                if has_next:
+                    stash(sA[stage], sB[stage], tid, a_next, b_next)
+                cuda.syncthreads()
+            return stage
+
+        return steps
+
+    checked_fetches = fetched_steps(fetch, True)
+    unchecked_fetches = fetched_steps(tile_movers(BM, BN, BK, THREADS, elem_t, FETCH_WIDTH, checked=False)[0], False)
+    aligned = rows_aligned(VEC)
+
+    @cuda.jit(device=True)
+    def unchecked_tiles(A, B, k_begin, k_end, row0, col0, ahead):
+        """How many tiles from k_begin on may move the tile `ahead` tiles further without bounds
+        tests: none unless the block lies inside C and wide moves have aligned rows to read (A is
+        copied an element at a time, but fetched as wide as B)."""
+        M, N = A.shape[0], B.shape[1]
+        if row0 + BM <= M and col0 + BN <= N and (FETCH_WIDTH == 1 or ((ASYNC or aligned(A)) and aligned(B))):
+            return max(0, (k_end - k_begin) // BK - ahead)
+        return 0
+
     @cuda.jit(device=True)
     def through_registers(A, B, sA, sB, k_begin, k_end, row0, col0, tid, row_base, col_base, a_frag, b_frag, acc):
         """Multiply the tiles from k_begin to k_end, each fetched into registers while the one
-        before it is multiplied, then stashed in shared memory."""
+        before it is multiplied, then stashed in shared memory: without bounds tests while the
+        next tile lies inside."""
         a_next = cuda.local.array(A_LOADS, elem_t)
         b_next = cuda.local.array(B_LOADS, elem_t)
         fetch(A, B, k_begin, row0, col0, tid, a_next, b_next)
         stash(sA[0], sB[0], tid, a_next, b_next)
         cuda.syncthreads()
-        stage = 0
-        for k0 in range(k_begin, k_end, BK):
-            has_next = k0 + BK < k_end
-            if has_next:
-                fetch(A, B, k0 + BK, row0, col0, tid, a_next, b_next)
-            multiply_tile(sA, sB, stage, row_base, col_base, a_frag, b_frag, acc)
-            if STAGES == 1:
-                cuda.syncthreads()  # everyone is done reading before the tile is overwritten
-            else:
-                stage = 1 - stage
-            if has_next:
-                stash(sA[stage], sB[stage], tid, a_next, b_next)
-            cuda.syncthreads()
+        k_split = k_begin + unchecked_tiles(A, B, k_begin, k_end, row0, col0, 1) * BK
+        stage = unchecked_fetches(A, B, sA, sB, k_begin, k_split, k_end, 0, row0, col0, tid, row_base, col_base,
+                                  a_frag, b_frag, acc, a_next, b_next)
+        checked_fetches(A, B, sA, sB, k_split, k_end, k_end, stage, row0, col0, tid, row_base, col_base, a_frag,
+                        b_frag, acc, a_next, b_next)
 
     def copied_steps(copy):
         """Multiply the tiles from k_from to k_to, each copied asynchronously into shared memory
@@ -171,7 +202,6 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1) -> K
 
     checked_steps = copied_steps(tile_copier_checked)
     unchecked_steps = copied_steps(tile_copier(BM, BN, BK, THREADS, FETCH_WIDTH, checked=False))
-    b_aligned = rows_aligned(VEC)
 
     @cuda.jit(device=True)
     def through_copies(A, B, sA, sB, k_begin, k_end, row0, col0, tid, row_base, col_base, a_frag, b_frag, acc):
@@ -181,11 +211,7 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1) -> K
             if k_begin + s * BK < k_end:
                 tile_copier_checked(A, B, k_begin + s * BK, row0, col0, tid, sA[s], sB[s])
             commit()  # empty groups too: the wait below counts groups
-        M, N = A.shape[0], B.shape[1]
-        unchecked = 0
-        if row0 + BM <= M and col0 + BN <= N and (FETCH_WIDTH == 1 or b_aligned(B)):
-            unchecked = max(0, (k_end - k_begin) // BK - STAGES + 1)  # tiles whose copy-ahead is whole
-        k_split = k_begin + unchecked * BK
+        k_split = k_begin + unchecked_tiles(A, B, k_begin, k_end, row0, col0, STAGES - 1) * BK
         stage = unchecked_steps(A, B, sA, sB, k_begin, k_split, k_end, 0, row0, col0, tid, row_base, col_base,
                                 a_frag, b_frag, acc)
         checked_steps(A, B, sA, sB, k_split, k_end, k_end, stage, row0, col0, tid, row_base, col_base, a_frag, b_frag,

@@ -81,10 +81,12 @@ print(json.dumps(out))
 
 
 def test_pipeline_parameters_reach_the_compiled_code():
-    """unroll: BK steps of (TM + TN) / 4 vector loads each, written out (as many with two
-    fragment sets); min_blocks=2: the PTX directive that makes ptxas keep a 128-thread block
-    within 256 registers per thread; wide_fetch: 16-byte global loads (A's 64x16 and B's 16x64
-    tiles are 2 + 2 of them per thread) and B's 16-byte shared stores; async_copy: no global loads;
+    """Both pipelines run two k-loops, one without bounds tests and then one with them, each with
+    its own copy of the tile's code. unroll: BK steps of (TM + TN) / 4 vector loads each, written
+    out (as many with two fragment sets); min_blocks=2: the PTX directive that makes ptxas keep a
+    128-thread block within 256 registers per thread; wide_fetch: 16-byte global loads (A's 64x16
+    and B's 16x64 tiles are 2 + 2 of them per thread) and B's 16-byte shared stores, for the first
+    tile before the loops and the next one in each loop; async_copy: no global loads;
     A's 8 elements per thread copied one by one and B's as 2 16-byte copies, in the prologue and
     in two loops: one without bounds tests, then one with them (where both paths, inside and at
     the edges, are written out for A and for B's unaligned fallback of 8 elements), each loop
@@ -94,12 +96,11 @@ def test_pipeline_parameters_reach_the_compiled_code():
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout)
     per_step = (8 + 4) // 4
-    assert out["False-1"]["vector_loads"] == per_step  # one step's loads, in a loop
-    assert out["True-1"]["vector_loads"] == out["fragments"]["vector_loads"] == 16 * per_step
+    assert out["False-1"]["vector_loads"] == 2 * per_step  # one step's loads, in each loop
+    assert out["True-1"]["vector_loads"] == out["fragments"]["vector_loads"] == 2 * 16 * per_step
     assert [out[f"{u}-{b}"]["min_blocks"] for u in (False, True) for b in (1, 2)] == [False, True, False, True]
     assert out["True-1"]["wide_global_loads"] == out["True-1"]["wide_shared_stores"] == 0
-    # each written twice: the first tile's fetch before the loop, the next tile's inside it
-    assert (out["wide"]["wide_global_loads"], out["wide"]["wide_shared_stores"]) == (2 * (2 + 2), 2 * 2)
+    assert (out["wide"]["wide_global_loads"], out["wide"]["wide_shared_stores"]) == (3 * (2 + 2), 3 * 2)
     copies = out["async"]
     assert (copies["global_loads"], copies["wide_shared_stores"], copies["waits"]) == (0, 0, 2)
     assert copies["vector_loads"] == 2 * 16 * per_step
