@@ -74,7 +74,7 @@ def tune(
     trials: int = typer.Option(40, help="Measured trials the study should hold; a rerun resumes up to this."),
     timeout: Optional[float] = typer.Option(None, help="Stop searching after this many seconds."),
     family: Optional[list[str]] = typer.Option(None, help="Kernel family to search (repeatable); default all."),
-    sampler: str = typer.Option("tpe", help="tpe (seeded, default), random, grid (brute force) or gp."),
+    sampler: str = typer.Option("climb", help="climb (local search, default), tpe, random, grid (brute force) or gp; all seeded."),
     storage: Optional[str] = typer.Option(None, help="Optuna storage URL; default a journal file beside the cache."),
     seed: int = typer.Option(0, help="Seed of the sampler and of the random inputs."),
     jobs: int = typer.Option(1, help="Worker processes sharing the GPU: they compile in parallel, measure one at a time."),

@@ -63,7 +63,7 @@ def sample_configs(
     return [default_config(family), *drawn][:count]
 
 
-def _ordinal(values: list) -> bool:
+def ordinal(values: list) -> bool:
     """Numbers with more than two choices are searched as an ordered scale (an index into the
     sorted values), so the sampler can learn that 128 lies between 64 and 256."""
     return len(values) > 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in values)
@@ -75,7 +75,7 @@ def suggest(trial, families: list[str], dtype: str) -> tuple[str, dict]:
     config = {}
     for name, values in kernels.family(family).SPACE.items():
         key = f"{family}.{name}"
-        if _ordinal(values):
+        if ordinal(values):
             config[name] = values[trial.suggest_int(key, 0, len(values) - 1)]
         else:
             config[name] = trial.suggest_categorical(key, values)
@@ -90,8 +90,8 @@ def distributions(families: list[str]) -> dict:
     found = {"family": CategoricalDistribution(list(families))}
     for family in families:
         for name, values in kernels.family(family).SPACE.items():
-            ordinal = _ordinal(values)
-            found[f"{family}.{name}"] = IntDistribution(0, len(values) - 1) if ordinal else CategoricalDistribution(values)
+            ordered = ordinal(values)
+            found[f"{family}.{name}"] = IntDistribution(0, len(values) - 1) if ordered else CategoricalDistribution(values)
     return found
 
 
@@ -100,7 +100,7 @@ def trial_params(family: str, config: dict) -> dict:
     space = kernels.family(family).SPACE
     params = {"family": family}
     for name, value in config.items():
-        params[f"{family}.{name}"] = space[name].index(value) if _ordinal(space[name]) else value
+        params[f"{family}.{name}"] = space[name].index(value) if ordinal(space[name]) else value
     return params
 
 
@@ -111,7 +111,7 @@ def config_of(params: dict) -> tuple[str, dict]:
     config = {}
     for name, values in space.items():
         value = params[f"{family}.{name}"]
-        config[name] = values[value] if _ordinal(values) else value
+        config[name] = values[value] if ordinal(values) else value
     return family, config
 
 

@@ -9,12 +9,10 @@ the cache, which keeps it only if it beats the row already there.
 
 from __future__ import annotations
 
-import importlib.util
 import multiprocessing
 import os
 import socket
 import time
-import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -27,6 +25,7 @@ import kernels
 from autotune.cache import Cache, nearest_rows, shipped_rows
 from autotune.isolation import Isolated
 from autotune.measure import Measurement, device_info, measure, versions
+from autotune.samplers import SamplerError, make_sampler
 from autotune.space import (
     DEFAULT_FAMILY,
     FAMILY_NAMES,
@@ -40,7 +39,6 @@ from autotune.space import (
     trial_params,
 )
 
-SAMPLERS = ("tpe", "random", "grid", "gp")
 WARM_START_SHAPES = 3
 FINALISTS = 3
 FINAL_LAUNCHES = 50
@@ -90,26 +88,6 @@ def open_storage(spec: str):
     from optuna.storages.journal import JournalFileBackend
 
     return optuna.storages.JournalStorage(JournalFileBackend(spec))
-
-
-def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return _sampler(name, seed)
-
-
-def _sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
-    if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True)
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    if name == "grid":
-        return optuna.samplers.BruteForceSampler(seed=seed)
-    if name == "gp":
-        if importlib.util.find_spec("torch") is None:  # GPSampler's own dependency
-            raise TuneError("the gp sampler needs PyTorch (pip install torch)")
-        return optuna.samplers.GPSampler(seed=seed)
-    raise TuneError(f"unknown sampler {name!r}; choose from {', '.join(SAMPLERS)}")
 
 
 @dataclass(frozen=True)
@@ -162,7 +140,8 @@ def _work(search: _Search, name: str, spec: str, sampler: str, seed: int | None,
     if gpu is not None:  # before CUDA is initialized in this process (and its measuring child)
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    study = optuna.load_study(study_name=name, storage=open_storage(spec), sampler=make_sampler(sampler, seed))
+    chosen = make_sampler(sampler, seed, search.dtype, search.limits)
+    study = optuna.load_study(study_name=name, storage=open_storage(spec), sampler=chosen)
     try:
         search.run(study, goal, timeout)
     finally:
@@ -184,7 +163,7 @@ def tune(
     trials: int = 40,
     timeout: float | None = None,
     families: list[str] | None = None,
-    sampler: str = "tpe",
+    sampler: str = "climb",
     storage: str | None = None,
     seed: int | None = 0,
     cache_path: Path | str | None = None,
@@ -215,8 +194,12 @@ def tune(
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # failed trials are reported by us
     try:
         storage_obj = open_storage(spec)
+        try:
+            chosen = make_sampler(sampler, seed, dtype, limits)
+        except SamplerError as error:
+            raise TuneError(str(error)) from None
         study = optuna.create_study(
-            study_name=name, storage=storage_obj, sampler=make_sampler(sampler, seed),
+            study_name=name, storage=storage_obj, sampler=chosen,
             direction="maximize", load_if_exists=True,
         )
         _check_space(study, families, spec)

@@ -47,7 +47,7 @@ SPACE = {
     "min_blocks": [1, 2],
 }
 DEFAULT = {"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 8, "pad": 4, "stages": 1, "unroll": True, "fragments": 1,
-           "wide_fetch": False, "async_copy": False, "min_blocks": 1}
+           "wide_fetch": True, "async_copy": False, "min_blocks": 1}
 
 
 def shared_bytes(config: dict, dtype: str) -> int:

@@ -12,7 +12,8 @@ launch fails (its CUDA context may be poisoned) writes the row and is replaced b
 After `--seconds` no new config is started, so a sweep can be split over several runs: each run
 appends its rows to DIR/rows.jsonl and skips the configs already there. Once every config has a
 row, the `--retime` fastest are timed again by the full protocol (autotune.measure, 20 samples)
-and DIR/exhaustive.json is written.
+and DIR/exhaustive.json is written: the device, versions, cuBLAS and counts, and those re-timed
+rows (the rows themselves stay in DIR/rows.jsonl).
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ def read_rows(out: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
-def retime(rows: list[dict], args, shape) -> dict:
+def retime(rows: list[dict], args, shape) -> tuple[dict, list[dict]]:
     """The `--retime` fastest rows again by the full protocol, next to cuBLAS, in this process."""
     import numpy as np
     from numba import cuda
@@ -144,7 +145,7 @@ def retime(rows: list[dict], args, shape) -> dict:
         row["retimed_gflops"] = result.gflops
         print(f"{row['gflops']:9,.0f} -> {result.gflops:9,.0f} {result.gflops / (cublas_gflops or 1):.3f} {row['config']}",
               flush=True)
-    return {**device_info(), **versions(), "cublas_gflops": cublas_gflops}
+    return {**device_info(), **versions(), "cublas_gflops": cublas_gflops}, fastest
 
 
 def main() -> None:
@@ -170,10 +171,10 @@ def main() -> None:
     if len({config_key(r["config"]) for r in rows}) < len(configs):
         print(f"incomplete after {time.perf_counter() - started:.0f} s: run again to go on")
         return
-    info = retime(rows, args, shape)
-    timed = [r for r in rows if "gflops" in r]
+    info, retimed = retime(rows, args, shape)
+    timed = {config_key(r["config"]) for r in rows if "gflops" in r}
     result = {**info, "family": args.family, "shape": list(shape), "configs": len(configs), "timed": len(timed),
-              "repeat": args.repeat, "rows": rows}
+              "rows": len(rows), "repeat": args.repeat, "retimed": retimed}
     (args.out / "exhaustive.json").write_text(json.dumps(result))
     print(f"{len(configs)} configs, {len(timed)} timed; cuBLAS {info['cublas_gflops'] or 0:,.0f} GFLOPS")
 

@@ -117,7 +117,7 @@ def test_warm_start_enqueues_the_nearest_tuned_configs():
     assert replay.calls[:2] == [config_key("register", FAST), config_key("register", REG)]
 
 
-@pytest.mark.parametrize("sampler", ["random", "grid", "tpe"])
+@pytest.mark.parametrize("sampler", ["climb", "random", "grid", "tpe"])
 def test_samplers_search(sampler):
     replay = Replay()
     result = run(replay, trials=4, sampler=sampler, families=["shared"])
