@@ -54,8 +54,9 @@ def make_sampler(name: str, seed: int | None, dtype: str = "float32", limits=Non
 
 
 class ClimbSampler(optuna.samplers.BaseSampler):
-    """Local search around the fastest measured config (see the module docstring). A trial with
-    nothing measured to climb from, or no unmeasured feasible config left, is sampled at random."""
+    """Local search around the fastest measured config (see the module docstring), or, before any
+    is measured, around the first one being measured. A trial with no config to climb from, or no
+    unmeasured feasible config left, is sampled at random."""
 
     def __init__(self, dtype: str, limits, seed: int | None = None):
         self.dtype, self.limits = dtype, limits
@@ -92,9 +93,12 @@ class ClimbSampler(optuna.samplers.BaseSampler):
         trials = [(t, found) for t, found in trials if found is not None]
         complete = [(t.value, *found) for t, found in trials
                     if t.state == TrialState.COMPLETE and t.value is not None and t.value > 0]
-        if not complete:
+        if complete:
+            _, family, best = max(complete, key=lambda entry: entry[0])
+        elif trials:  # workers starting together climb from the first config another one is measuring
+            family, best = trials[0][1]
+        else:
             return None
-        _, family, best = max(complete, key=lambda entry: entry[0])
         seen = {_key(*found) for t, found in trials if t.state != TrialState.PRUNED}
         space = kernels.family(family).SPACE
         candidates = [c for c in neighbours(best, space) if _key(family, c) not in seen

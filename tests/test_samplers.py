@@ -5,8 +5,8 @@ from replay import Replay, config_key
 
 import kernels
 from autotune.cache import Cache
-from autotune.samplers import neighbours
-from autotune.space import DeviceLimits, config_of, feasible_configs
+from autotune.samplers import ClimbSampler, neighbours
+from autotune.space import DeviceLimits, config_of, feasible_configs, suggest, trial_params
 from autotune.tuner import tune
 
 SHAPE = (96, 80, 64)
@@ -62,3 +62,15 @@ def test_a_resumed_climb_measures_every_config_once():
     feasible = feasible_configs("shared", "float32", DeviceLimits())
     assert result.trials == 9 and len(feasible) == 9
     assert sorted(config_key("shared", c) for c in configs) == sorted(config_key("shared", c) for c in feasible)
+
+
+def test_workers_starting_together_climb_from_the_config_being_measured():
+    """With --jobs, the warm start is still running when the other workers ask for a config."""
+    sampler = ClimbSampler("float32", DeviceLimits(), seed=0)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    study.enqueue_trial(trial_params("shared", kernels.shared.DEFAULT))
+    first = study.ask()
+    assert suggest(first, ["shared"], "float32") == ("shared", kernels.shared.DEFAULT)
+    for _ in range(4):
+        _, config = suggest(study.ask(), ["shared"], "float32")
+        assert config in neighbours(kernels.shared.DEFAULT, kernels.shared.SPACE)
