@@ -24,7 +24,7 @@ import optuna
 from optuna.trial import TrialState
 
 import kernels
-from autotune.space import config_of, feasible_configs, infeasibility, ordinal, trial_params
+from autotune.space import DeviceLimits, config_of, feasible_configs, infeasibility, ordinal, trial_params
 
 SAMPLERS = ("climb", "tpe", "random", "grid", "gp")
 RIDGE = 0.3  # shrinks the effects of parameter values seen in few configs
@@ -34,8 +34,10 @@ class SamplerError(ValueError):
     """An unknown sampler, or one whose dependency is missing."""
 
 
-def make_sampler(name: str, seed: int | None, dtype: str = "float32", limits=None) -> optuna.samplers.BaseSampler:
-    """The sampler called `name`; `climb` needs the dtype and DeviceLimits to propose only feasible configs."""
+def make_sampler(name: str, seed: int | None, dtype: str = "float32",
+                 limits: DeviceLimits | None = None) -> optuna.samplers.BaseSampler:
+    """The sampler called `name`; `climb` proposes only configs feasible for `dtype` on a device
+    with `limits` (by default the simulator's)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         if name == "climb":
@@ -58,8 +60,8 @@ class ClimbSampler(optuna.samplers.BaseSampler):
     is measured, around the first one being measured. A trial with no config to climb from, or no
     unmeasured feasible config left, is sampled at random."""
 
-    def __init__(self, dtype: str, limits, seed: int | None = None):
-        self.dtype, self.limits = dtype, limits
+    def __init__(self, dtype: str, limits: DeviceLimits | None = None, seed: int | None = None):
+        self.dtype, self.limits = dtype, limits or DeviceLimits()
         self._rng = np.random.default_rng(seed)
         self._random = optuna.samplers.RandomSampler(seed=seed)
         self._plans: dict[int, dict] = {}  # trial number -> the Optuna parameters to give it
