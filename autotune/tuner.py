@@ -24,7 +24,7 @@ from optuna.trial import TrialState
 import kernels
 from autotune.cache import Cache, nearest_rows, shipped_rows
 from autotune.isolation import Isolated
-from autotune.measure import Measurement, device_info, measure, versions
+from autotune.measure import Measurement, device_info, exclusive, measure, versions
 from autotune.samplers import SamplerError, make_sampler
 from autotune.space import (
     DEFAULT_FAMILY,
@@ -198,16 +198,7 @@ def tune(
             chosen = make_sampler(sampler, seed, dtype, limits)
         except SamplerError as error:
             raise TuneError(str(error)) from None
-        study = optuna.create_study(
-            study_name=name, storage=storage_obj, sampler=chosen,
-            direction="maximize", load_if_exists=True,
-        )
-        _check_space(study, families, spec)
-        fail_abandoned_trials(study, optuna.storages.get_storage(storage_obj))
-        if not study.trials:
-            study.set_user_attr("shape", [m, n, k])
-            study.set_user_attr("dtype", dtype)
-            _warm_start(study, cache, info["device"], dtype, (m, n, k), families, limits)
+        study = open_study(storage_obj, spec, name, chosen, cache, info["device"], dtype, (m, n, k), families, limits)
         before = len(measured_trials(study))
         goal = min(trials, sum(len(feasible_configs(f, dtype, limits)) for f in families))
 
@@ -252,6 +243,23 @@ def _check_request(m, n, k, dtype, trials, jobs, trial_timeout, gpus, families) 
     unknown = [f for f in families if f not in FAMILY_NAMES]
     if unknown:
         raise TuneError(f"unknown kernel family {unknown[0]!r}; known: {', '.join(FAMILY_NAMES)}")
+
+
+def open_study(storage, spec: str, name: str, sampler, cache: Cache, device: str, dtype: str, shape, families,
+               limits) -> optuna.Study:
+    """Create or resume the study; a new one is warm-started. Tuners started together on one
+    shape take turns here (a file lock beside the cache): Optuna's enqueue_trial may queue a
+    config twice when processes call it at the same time."""
+    with exclusive(str(cache.path.parent / "study-setup.lock")):
+        study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="maximize",
+                                    load_if_exists=True)
+        _check_space(study, families, spec)
+        fail_abandoned_trials(study, optuna.storages.get_storage(storage))
+        if not study.trials:
+            study.set_user_attr("shape", list(shape))
+            study.set_user_attr("dtype", dtype)
+            _warm_start(study, cache, device, dtype, shape, families, limits)
+    return study
 
 
 def _check_space(study: optuna.Study, families: list[str], spec: str) -> None:

@@ -19,8 +19,8 @@ import json, sys
 import kernels
 from autotune.space import DeviceLimits, compile_check, sample_configs
 from kernels.resources import ptx
-family, dtype, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
-configs = sample_configs(family, dtype, DeviceLimits(), count, seed=hash((family, dtype)) % 1000)
+family, dtype, count, part, parts = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
+configs = sample_configs(family, dtype, DeviceLimits(), count, seed=hash((family, dtype)) % 1000)[part::parts]
 for result in compile_check(family, configs, dtype, DeviceLimits()):
     text = ptx(kernels.build(family, result.config, dtype)) if family in ("vector", "splitk") else ""
     print(json.dumps({"config": result.config, "resources": result.resources, "error": result.error,
@@ -30,14 +30,21 @@ for result in compile_check(family, configs, dtype, DeviceLimits()):
 
 
 def compile_in_child(family: str, dtype: str, count: int) -> list[dict]:
+    """Compile `count` sampled configs, split over one child process per CPU core."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     env["PYTHONHASHSEED"] = "0"
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, family, dtype, str(count)],
-        env=env, capture_output=True, text=True, timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return [json.loads(line) for line in done.stdout.splitlines()]
+    parts = min(count, os.cpu_count() or 1)
+    children = [
+        subprocess.Popen([sys.executable, "-c", CHILD, family, dtype, str(count), str(part), str(parts)],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for part in range(parts)
+    ]
+    results = []
+    for child in children:
+        out, err = child.communicate(timeout=600)
+        assert child.returncode == 0, err[-3000:]
+        results += [json.loads(line) for line in out.splitlines()]
+    return results
 
 
 @pytest.mark.parametrize("dtype", list(kernels.DTYPES))

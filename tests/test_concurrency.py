@@ -39,6 +39,23 @@ tune(m, n, k, trials=5, families=["shared"], sampler="random", seed=int(sys.argv
      measurer=Replay(table))
 """
 
+OPENER = """
+import sys
+from pathlib import Path
+from autotune.cache import Cache
+from autotune.space import DeviceLimits
+from autotune.tuner import open_storage, open_study
+spec, worker, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+cache = Cache()
+storage = open_storage(spec)
+arrived = Path(spec).parent / "arrived"
+arrived.mkdir(exist_ok=True)
+(arrived / worker).touch()
+while len(list(arrived.iterdir())) < workers:  # all openers call Optuna at the same moment
+    pass
+open_study(storage, spec, "race", None, cache, "simulator", "float32", (8, 8, 8), ["shared", "vector"], DeviceLimits())
+"""
+
 
 def spawn(script, *args):
     return subprocess.Popen([sys.executable, "-c", script, *map(str, args)], env=os.environ,
@@ -82,3 +99,11 @@ def test_eight_tuners_on_shared_and_separate_shapes(isolated_cache):
     shared = optuna.load_study(study_name=study_name("simulator", "float32", 8, 8, 8), storage=storage)
     assert len(shared.trials) >= 5  # four tuners resumed one study
     assert sqlite3.connect(isolated_cache).execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def test_tuners_starting_together_queue_each_warm_start_config_once(isolated_cache):
+    spec = str(isolated_cache.parent / "studies.journal")
+    finish([spawn(OPENER, spec, worker, 8) for worker in range(8)])
+    study = optuna.load_study(study_name="race", storage=open_storage(spec))
+    queued = [repr(sorted(t.params.items()) or t.system_attrs["fixed_params"]) for t in study.trials]
+    assert len(queued) == 2 and len(set(queued)) == 2  # the shared and vector defaults, once each
