@@ -56,9 +56,10 @@ def make_sampler(name: str, seed: int | None, dtype: str = "float32",
 
 
 class ClimbSampler(optuna.samplers.BaseSampler):
-    """Local search around the fastest measured config (see the module docstring), or, before any
-    is measured, around the first one being measured. A trial with no config to climb from, or no
-    unmeasured feasible config left, is sampled at random."""
+    """Local search around the fastest measured config (see the module docstring), or, while a
+    warm start queued ahead of it is still waiting or being measured, around that warm start.
+    A trial with no config to climb from, or no unmeasured feasible config left, is sampled at
+    random."""
 
     def __init__(self, dtype: str, limits: DeviceLimits | None = None, seed: int | None = None):
         self.dtype, self.limits = dtype, limits or DeviceLimits()
@@ -93,15 +94,21 @@ class ClimbSampler(optuna.samplers.BaseSampler):
         """(family, config) to measure next, or None to sample at random."""
         trials = [(t, _config(t)) for t in study.get_trials(deepcopy=False)]
         trials = [(t, found) for t, found in trials if found is not None]
-        complete = [(t.value, *found) for t, found in trials
+        complete = [(t.value, t.number, *found) for t, found in trials
                     if t.state == TrialState.COMPLETE and t.value is not None and t.value > 0]
-        if complete:
-            _, family, best = max(complete, key=lambda entry: entry[0])
+        fastest = max(complete, key=lambda entry: (entry[0], -entry[1])) if complete else None  # ties: the first
+        anchor = _warm_start_ahead(study, fastest[1] if fastest else None)
+        if anchor is not None:
+            family, best = anchor
+        elif fastest:
+            _, _, family, best = fastest
         elif trials:  # workers starting together climb from the first config another one is measuring
             family, best = trials[0][1]
         else:
             return None
         seen = {_key(*found) for t, found in trials if t.state != TrialState.PRUNED}
+        seen |= {_key(*config_of(t.system_attrs["fixed_params"])) for t in study.get_trials(
+            deepcopy=False, states=(TrialState.WAITING,)) if "fixed_params" in t.system_attrs}
         space = kernels.family(family).SPACE
         candidates = [c for c in neighbours(best, space) if _key(family, c) not in seen
                       and infeasibility(family, c, self.dtype, self.limits) is None]
@@ -109,7 +116,7 @@ class ClimbSampler(optuna.samplers.BaseSampler):
             candidates = [c for c in self._feasible(family) if _key(family, c) not in seen]
         if not candidates:
             return None
-        measured = [(config, value) for value, other, config in complete if other == family]
+        measured = [(config, value) for value, _, other, config in complete if other == family]
         return family, candidates[self._most_promising(candidates, measured, space)]
 
     def _feasible(self, family: str) -> list[dict]:
@@ -140,6 +147,19 @@ def neighbours(config: dict, space: dict) -> list[dict]:
         if space[a] == space[b] and ordinal(space[a]) and config[a] != config[b]:
             found.append({**config, a: config[b], b: config[a]})
     return found
+
+
+def _warm_start_ahead(study: optuna.Study, fastest: int | None) -> tuple[str, dict] | None:
+    """The first warm start not yet measured that was queued before trial `fastest` (the fastest so
+    far; None: any), as (family, config). The warm starts are queued best guess first, so while
+    one is still waiting or compiling, the workers climb from it rather than from whichever
+    config finished first (a quickly compiled but slow family, often)."""
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING)):
+        if fastest is not None and trial.number > fastest:
+            break
+        if "fixed_params" in trial.system_attrs:
+            return config_of(trial.system_attrs["fixed_params"])
+    return None
 
 
 def _config(trial: optuna.trial.FrozenTrial) -> tuple[str, dict] | None:

@@ -13,8 +13,8 @@ import kernels
 from kernels.base import DeviceLimits, all_configs
 
 FAMILY_NAMES = tuple(kernels.FAMILIES)
-#: the family whose DEFAULT config `matmul` falls back to and the tuner tries first: small tiles
-#: that suit any shape and every dtype
+#: the family whose DEFAULT config `matmul` falls back to: small tiles that suit any shape and
+#: every dtype
 DEFAULT_FAMILY = "register"
 
 

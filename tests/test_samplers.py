@@ -74,3 +74,21 @@ def test_workers_starting_together_climb_from_the_config_being_measured():
     for _ in range(4):
         _, config = suggest(study.ask(), ["shared"], "float32")
         assert config in neighbours(kernels.shared.DEFAULT, kernels.shared.SPACE)
+
+
+def test_workers_climb_from_the_first_warm_start_until_it_is_measured():
+    """A warm start queued ahead (the best guess) anchors the climb while it compiles, even if a
+    later one, quicker to compile but slower, has finished; after that, the fastest does."""
+    sampler = ClimbSampler("float32", DeviceLimits(), seed=0)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    study.enqueue_trial(trial_params("shared", kernels.shared.DEFAULT))
+    study.enqueue_trial(trial_params("naive", kernels.naive.DEFAULT))
+    shared, naive = study.ask(), study.ask()
+    assert [suggest(t, ["shared", "naive"], "float32")[0] for t in (shared, naive)] == ["shared", "naive"]
+    study.tell(naive, 10.0)
+    for _ in range(3):
+        family, config = suggest(study.ask(), ["shared", "naive"], "float32")
+        assert family == "shared" and config in neighbours(kernels.shared.DEFAULT, kernels.shared.SPACE)
+    study.tell(shared, 5.0)
+    family, config = suggest(study.ask(), ["shared", "naive"], "float32")
+    assert family == "naive" and config in neighbours(kernels.naive.DEFAULT, kernels.naive.SPACE)

@@ -6,7 +6,8 @@ from replay import Replay, config_key
 
 import kernels
 from autotune.cache import Cache
-from autotune.tuner import FINALISTS, TuneError, study_name, tune
+from autotune.space import FAMILY_NAMES
+from autotune.tuner import FINALISTS, FIRST_GUESSES, TuneError, study_name, tune
 
 SHAPE = (96, 80, 64)
 REG = kernels.register.DEFAULT
@@ -115,6 +116,12 @@ def test_warm_start_enqueues_the_nearest_tuned_configs():
     replay = Replay()
     run(replay, trials=3)
     assert replay.calls[:2] == [config_key("register", FAST), config_key("register", REG)]
+
+
+def test_a_cold_study_tries_the_families_defaults_best_guess_first():
+    replay = Replay()
+    run(replay, trials=5, families=list(FAMILY_NAMES))
+    assert replay.calls[:5] == [config_key(f, kernels.family(f).DEFAULT) for f in FIRST_GUESSES]
 
 
 @pytest.mark.parametrize("sampler", ["climb", "random", "grid", "tpe"])
