@@ -92,12 +92,14 @@ class ClimbSampler(optuna.samplers.BaseSampler):
 
     def _next(self, study: optuna.Study) -> tuple[str, dict] | None:
         """(family, config) to measure next, or None to sample at random."""
-        trials = [(t, _config(t)) for t in study.get_trials(deepcopy=False)]
+        everything = study.get_trials(deepcopy=False)
+        trials = [(t, _config(t)) for t in everything]
         trials = [(t, found) for t, found in trials if found is not None]
         complete = [(t.value, t.number, *found) for t, found in trials
                     if t.state == TrialState.COMPLETE and t.value is not None and t.value > 0]
         fastest = max(complete, key=lambda entry: (entry[0], -entry[1])) if complete else None  # ties: the first
-        anchor = _warm_start_ahead(study, fastest[1] if fastest else None)
+        queued = [t for t in everything if "fixed_params" in t.system_attrs and not t.state.is_finished()]
+        anchor = _warm_start_ahead(queued, fastest[1] if fastest else None)
         if anchor is not None:
             family, best = anchor
         elif fastest:
@@ -107,8 +109,7 @@ class ClimbSampler(optuna.samplers.BaseSampler):
         else:
             return None
         seen = {_key(*found) for t, found in trials if t.state != TrialState.PRUNED}
-        seen |= {_key(*config_of(t.system_attrs["fixed_params"])) for t in study.get_trials(
-            deepcopy=False, states=(TrialState.WAITING,)) if "fixed_params" in t.system_attrs}
+        seen |= {_key(*config_of(t.system_attrs["fixed_params"])) for t in queued}
         space = kernels.family(family).SPACE
         candidates = [c for c in neighbours(best, space) if _key(family, c) not in seen
                       and infeasibility(family, c, self.dtype, self.limits) is None]
@@ -149,16 +150,13 @@ def neighbours(config: dict, space: dict) -> list[dict]:
     return found
 
 
-def _warm_start_ahead(study: optuna.Study, fastest: int | None) -> tuple[str, dict] | None:
-    """The first warm start not yet measured that was queued before trial `fastest` (the fastest so
-    far; None: any), as (family, config). The warm starts are queued best guess first, so while
-    one is still waiting or compiling, the workers climb from it rather than from whichever
-    config finished first (a quickly compiled but slow family, often)."""
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING)):
-        if fastest is not None and trial.number > fastest:
-            break
-        if "fixed_params" in trial.system_attrs:
-            return config_of(trial.system_attrs["fixed_params"])
+def _warm_start_ahead(queued: list, fastest: int | None) -> tuple[str, dict] | None:
+    """The first of the `queued` warm starts (waiting or being measured) that was queued before
+    trial `fastest` (the fastest so far; None: any), as (family, config). The warm starts are
+    queued best guess first, so while one is still waiting or compiling, the workers climb from
+    it rather than from whichever config finished first (a quickly compiled but slow family)."""
+    if queued and (fastest is None or queued[0].number < fastest):
+        return config_of(queued[0].system_attrs["fixed_params"])
     return None
 
 
