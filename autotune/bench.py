@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 import kernels
-from autotune.cache import SHIPPED_DIR
+from autotune.records import SHIPPED_DIR
 from autotune.measure import cublas_matmul, device_info, random_inputs, time_launches, verify, versions
 from autotune.runtime import kernel_for, lookup
 

@@ -24,12 +24,10 @@ COLUMNS = {
     "device": str, "dtype": str, "m": int, "n": int, "k": int,
     "family": str, "params": str, "gflops": float, "median_ms": float, "spread": float,
     "trials": int, "cc": str, "driver": str, "numba": str, "numba_cuda": str,
-    "source_hash": str, "created": str, "study": str,
+    "source_hash": str, "created": str, "study": str, "sm_count": int,
 }
 REQUIRED = ("device", "dtype", "m", "n", "k", "family", "params", "gflops")
 BUSY_TIMEOUT_MS = 30_000
-#: records committed with the project (the export format: a JSON list of cache rows), one file per GPU
-SHIPPED_DIR = Path(__file__).resolve().parent.parent / "studies"
 
 
 class CacheError(Exception):
@@ -86,30 +84,36 @@ class Cache:
             raise CacheError(f"{self.path} holds other tables ({', '.join(others)}): not an mmtune cache")
         self.db.enable_wal()
         self.table.create(COLUMNS, pk=KEY, not_null=set(REQUIRED), if_not_exists=True)
+        for column in set(COLUMNS) - set(self.table.columns_dict):  # a cache written by an older mmtune
+            self.table.add_column(column, COLUMNS[column])
 
     def close(self) -> None:
         self.db.close()
 
-    def record(self, row: dict) -> bool:
-        """Insert `row`, or replace the row of its key if `row` is faster. True if it was written."""
+    def record(self, row: dict, source_hashes: dict[str, str] | None = None) -> bool:
+        """Insert `row`, or replace the row of its key if `row` is faster or, given today's
+        `source_hashes` (family -> hash), if that row was measured on other kernel code.
+        True if it was written."""
         missing = [c for c in REQUIRED if row.get(c) is None]
         if missing:
             raise ValueError(f"cache row lacks {', '.join(missing)}")
-        written = self._upsert(row)
+        written = self._upsert(row, source_hashes)
         self.db.conn.commit()
         return written
 
-    def _upsert(self, row: dict) -> bool:
+    def _upsert(self, row: dict, source_hashes: dict[str, str] | None = None) -> bool:
         row = {c: row.get(c) for c in COLUMNS}
         if not isinstance(row["params"], str):
             row["params"] = json.dumps(row["params"], sort_keys=True)
         row["created"] = row["created"] or datetime.now(timezone.utc).isoformat(timespec="seconds")
         names = ", ".join(COLUMNS)
         updates = ", ".join(f"{c} = excluded.{c}" for c in COLUMNS if c not in KEY)
+        stale = (f" OR coalesce({TABLE}.source_hash, '') != "
+                 f"coalesce(json_extract(?, '$.\"' || {TABLE}.family || '\"'), '')") if source_hashes else ""
         cursor = self.db.execute(
             f"INSERT INTO {TABLE} ({names}) VALUES ({', '.join('?' * len(COLUMNS))}) "
-            f"ON CONFLICT ({', '.join(KEY)}) DO UPDATE SET {updates} WHERE excluded.gflops > {TABLE}.gflops",
-            [row[c] for c in COLUMNS],
+            f"ON CONFLICT ({', '.join(KEY)}) DO UPDATE SET {updates} WHERE excluded.gflops > {TABLE}.gflops{stale}",
+            [row[c] for c in COLUMNS] + ([json.dumps(source_hashes)] if source_hashes else []),
         )
         return cursor.rowcount > 0
 
@@ -211,17 +215,14 @@ def set_aside(path: Path) -> Path | None:
     return target
 
 
-def shipped_rows(device: str, dtype: str, directory: Path | None = None) -> list[dict]:
-    """Records in studies/*/records.json for this device and dtype."""
-    rows = []
-    for path in sorted((directory or SHIPPED_DIR).glob("*/records.json")):
-        rows += [decode(r) for r in json.loads(path.read_text()) if r["device"] == device and r["dtype"] == dtype]
-    return rows
-
-
 def nearest_rows(rows: list[dict], shape: tuple[int, int, int], count: int = 1) -> list[tuple[float, dict]]:
     ranked = sorted(rows, key=lambda r: shape_distance(shape, (r["m"], r["n"], r["k"])))
     return [(shape_distance(shape, (r["m"], r["n"], r["k"])), r) for r in ranked[:count]]
+
+
+def stale(row: dict, source_hashes: dict[str, str]) -> bool:
+    """Whether `row` was measured on other kernel code than today's (`kernels.source_hashes()`)."""
+    return row.get("source_hash") != source_hashes.get(row["family"])
 
 
 def decode(row: dict) -> dict:

@@ -77,7 +77,7 @@ def tune(
     sampler: str = typer.Option("climb", help="climb (local search, default), tpe, random, grid (brute force) or gp; all seeded."),
     storage: Optional[str] = typer.Option(None, help="Optuna storage URL; default a journal file beside the cache."),
     seed: int = typer.Option(0, help="Seed of the sampler and of the random inputs."),
-    jobs: int = typer.Option(1, help="Worker processes sharing the GPU: they compile in parallel, measure one at a time."),
+    jobs: Optional[int] = typer.Option(None, help="Worker processes sharing the GPU: they compile in parallel, measure one at a time; default the usable CPU cores, at most 16."),
     trial_timeout: float = typer.Option(300, help="Fail a trial (and stop its measuring process) after this many seconds."),
     gpus: Optional[str] = typer.Option(None, help="GPU indices like 0,1: --jobs workers on each, all on one study."),
     simulate: bool = typer.Option(False, help="Run on the CPU under Numba's CUDA simulator (tiny shapes)."),
@@ -86,11 +86,15 @@ def tune(
     try:
         _use_simulator(simulate)
         from autotune.cache import CacheError
-        from autotune.tuner import TuneError, tune as run
+        from autotune.tuner import TuneError, TuneRequest, tune as run
 
-        gpu_list = _int_list(gpus, "--gpus", "GPU indices like 0,1", least=0)
-        result = run(m, n, k, dtype, trials, timeout, family, sampler, storage, seed, jobs=jobs,
-                     trial_timeout=trial_timeout, gpus=gpu_list)
+        options = dict(dtype=dtype, trials=trials, timeout=timeout, sampler=sampler, storage=storage, seed=seed,
+                       trial_timeout=trial_timeout, gpus=_int_list(gpus, "--gpus", "GPU indices like 0,1", least=0))
+        if family:
+            options["families"] = family
+        if jobs is not None:
+            options["jobs"] = jobs
+        result = run(TuneRequest(m, n, k, **options))
     except (UserError, TuneError, CacheError) as error:
         _fail(error)
     row = result.row
@@ -115,23 +119,29 @@ def best(
 ):
     """Show the cached best configs, for all shapes or one."""
     try:
-        from autotune.cache import Cache, CacheError
+        from autotune.cache import Cache, CacheError, stale
+        from kernels import source_hashes
 
         rows = Cache().rows(dtype=dtype, shape=_shape(m, n, k))
+        hashes = source_hashes()
     except (UserError, CacheError) as error:
         _fail(error)
+    for row in rows:
+        row["stale"] = stale(row, hashes)
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    table = Table("device", "dtype", "M", "N", "K", "family", "params", "GFLOPS", "spread", "trials", "tuned")
+    table = Table("device", "dtype", "M", "N", "K", "family", "params", "GFLOPS", "spread", "trials", "tuned", "code")
     for r in rows:
         params = " ".join(f"{key}={value}" for key, value in r["params"].items())
         table.add_row(
             r["device"], r["dtype"], str(r["m"]), str(r["n"]), str(r["k"]), r["family"], params,
             _gflops(r["gflops"]), f"{r['spread']:.1%}" if r["spread"] is not None else "",
-            str(r["trials"] or ""), (r["created"] or "")[:10],
+            str(r["trials"] or ""), (r["created"] or "")[:10], "stale" if r["stale"] else "current",
         )
     Console(width=200).print(table)
+    if any(r["stale"] for r in rows):
+        typer.echo("stale: measured on older kernel code; matmul prefers current rows, `mmtune tune` re-times them")
 
 
 @app.command()
@@ -154,7 +164,9 @@ def lookup(
     typer.echo(f"{choice.source}: {choice.family} {json.dumps(choice.config)}")
     if choice.tuned_shape:
         shape = "x".join(map(str, choice.tuned_shape))
-        typer.echo(f"  tuned for {shape} (distance {choice.distance:.2f}) at {_gflops(choice.gflops)} GFLOPS on {choice.device}")
+        typer.echo(f"  tuned for {shape} (distance {choice.distance:.2f}) at {_gflops(choice.gflops)} GFLOPS"
+                   f" on {choice.measured_on} ({choice.gpu_match}; {choice.origin} row"
+                   f"{', stale: older kernel code' if choice.stale else ''})")
 
 
 @app.command()
@@ -246,7 +258,7 @@ def plot(
     try:
         from autotune.cache import Cache, CacheError
         from autotune.plots import plot_bench, plot_studies
-        from autotune.tuner import storage_spec
+        from autotune.storage import storage_spec
 
         paths = plot_studies(storage_spec(storage, Cache()), out, study)
         if bench is not None:

@@ -2,8 +2,9 @@
 
 Protocol (design.md): fresh random inputs (never zeros); the output is poisoned before the
 verifying launch so an unwritten element fails; then >= 3 warm-up launches and the median of
->= 20 timed samples, each sample an event pair around enough launches to last ~0.2 ms.
-GFLOPS = 2*M*N*K / seconds. Under the simulator the timings are host wall time and meaningless.
+>= 20 timed samples, each sample an event pair around enough launches to last ~0.2 ms (the
+backend's `time`). GFLOPS = 2*M*N*K / seconds. Under the simulator the timings are host wall time
+and meaningless.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Callable
 
 import numpy as np
 
+from autotune import backends
 from kernels import DTYPES, Kernel
 
 #: relative Frobenius error allowed, in units of the dtype's machine epsilon times sqrt(K):
@@ -28,35 +30,16 @@ ERROR_EPS_FACTOR = 8.0
 #: we would time (|sum| <= K * 64), and int32 results must match exactly.
 INT_RANGE = 8
 INT_POISON = np.iinfo(np.int32).min
-SAMPLE_SECONDS = 2e-4
 #: above this many multiply-adds the reference is computed for a random sample of rows of C
 #: (every element is still checked for poison): a float64 4096^3 product on the host would
 #: cost more than timing the kernel.
 FULL_REFERENCE_MACS = 2**28
 REFERENCE_ROWS = 256
-SIMULATOR_SAMPLES = 3  # simulator timings mean nothing: take just enough to exercise the path
-
-
-def simulated() -> bool:
-    from numba import config
-
-    return bool(config.ENABLE_CUDASIM)
 
 
 def device_info() -> dict:
-    """Name, compute capability and driver of the current device ("simulator" under the simulator)."""
-    if simulated():
-        return {"device": "simulator", "cc": "", "driver": ""}
-    from numba import cuda
-
-    device = cuda.get_current_device()
-    name = device.name.decode() if isinstance(device.name, bytes) else str(device.name)
-    version = cuda.cudadrv.driver.driver.get_version()
-    return {
-        "device": name,
-        "cc": "{}.{}".format(*device.compute_capability),
-        "driver": "{}.{}".format(*version),
-    }
+    """Name, compute capability, SM count and driver of the current device (autotune.backends)."""
+    return backends.current().device().as_dict()
 
 
 def versions() -> dict:
@@ -118,21 +101,19 @@ class Verification:
 def verify(kernel: Kernel, m: int, n: int, k: int, rng: np.random.Generator) -> Verification:
     """Run `kernel` once on fresh random (M,K)@(K,N) inputs into a poisoned output and compare
     with the reference (on REFERENCE_ROWS random rows when the product is large)."""
-    from numba import cuda
-
+    backend = backends.current()
     A, B = random_inputs(m, n, k, kernel.dtype, rng)
-    out = run_poisoned(kernel, cuda.to_device(A), cuda.to_device(B))
+    out = run_poisoned(kernel, backend.to_device(A), backend.to_device(B))
     return compare(out, A, B, kernel.dtype, rng)
 
 
 def run_poisoned(kernel: Kernel, dA, dB) -> np.ndarray:
     """One launch into an output full of poison; what the kernel left there, on the host."""
-    from numba import cuda
-
+    backend = backends.current()
     m, n = dA.shape[0], dB.shape[1]
-    dC = cuda.to_device(np.full((m, n), poison_value(kernel.dtype), dtype=dA.dtype))
+    dC = backend.to_device(np.full((m, n), poison_value(kernel.dtype), dtype=dA.dtype))
     kernel(dA, dB, dC)
-    cuda.synchronize()
+    backend.synchronize()
     return dC.copy_to_host()
 
 
@@ -177,37 +158,7 @@ class Timing:
 
 def time_launches(launch: Callable[[], None], warmup: int = 3, repeat: int = 20) -> Timing:
     """Time `launch` (which enqueues work on the default stream) by the protocol above."""
-    from numba import cuda
-
-    if simulated():
-        samples = []
-        for _ in range(min(repeat, SIMULATOR_SAMPLES)):
-            start = time.perf_counter()
-            launch()
-            samples.append((time.perf_counter() - start) * 1e3)
-        return _timing(samples, 1)
-
-    for _ in range(warmup):
-        launch()
-    cuda.synchronize()
-    start, stop = cuda.event(), cuda.event()
-    start.record()
-    launch()
-    stop.record()
-    stop.synchronize()
-    single_ms = cuda.event_elapsed_time(start, stop)
-    per_sample = max(1, min(1000, math.ceil(SAMPLE_SECONDS * 1e3 / max(single_ms, 1e-4))))
-    # Every sample is enqueued before any is waited for, behind a lead launch: the GPU runs them
-    # back to back, so a host busy elsewhere (compiling the next trial) adds no idle time to them.
-    events = [(cuda.event(), cuda.event()) for _ in range(repeat)]
-    launch()
-    for start, stop in events:
-        start.record()
-        for _ in range(per_sample):
-            launch()
-        stop.record()
-    cuda.synchronize()
-    samples = [cuda.event_elapsed_time(start, stop) / per_sample for start, stop in events]
+    samples, per_sample = backends.current().time(launch, warmup, repeat)
     return _timing(samples, per_sample)
 
 
@@ -232,18 +183,17 @@ def measure(
     inputs. With `lock` (a file path) only the GPU part holds that lock: processes sharing a GPU
     compile, draw inputs and compare with the reference in parallel but never time at once.
     The timing of a kernel that turns out wrong is discarded."""
-    from numba import cuda
-
+    backend = backends.current()
     started = time.perf_counter()
     kernel.compile()
     compile_s = time.perf_counter() - started
     A, B = random_inputs(m, n, k, kernel.dtype, rng)
     timing = None
     with exclusive(lock):
-        dA, dB = cuda.to_device(A), cuda.to_device(B)
+        dA, dB = backend.to_device(A), backend.to_device(B)
         out = run_poisoned(kernel, dA, dB)
         if all_written(out):
-            dC = cuda.device_array((m, n), dtype=A.dtype)
+            dC = backend.empty((m, n), A.dtype)
             timing = time_launches(lambda: kernel.launch(dA, dB, dC), warmup, repeat)
     verification = compare(out, A, B, kernel.dtype, rng)
     if not verification.ok:
@@ -266,16 +216,5 @@ def exclusive(lock: str | None):
 
 
 def cublas_matmul() -> Callable | None:
-    """cuBLAS through CuPy as `f(dA, dB, dC)` on Numba device arrays (TF32 off: CuPy's default
-    for float32), or None where CuPy or a GPU is missing."""
-    if simulated():
-        return None
-    try:
-        import cupy
-    except ImportError:
-        return None
-
-    def matmul(dA, dB, dC):
-        cupy.matmul(cupy.asarray(dA), cupy.asarray(dB), out=cupy.asarray(dC))
-
-    return matmul
+    """cuBLAS as `f(dA, dB, dC)` on the backend's device arrays, or None where there is none."""
+    return backends.current().cublas()

@@ -11,7 +11,7 @@ from pathlib import Path
 import optuna
 
 from autotune.bench import chart
-from autotune.tuner import open_storage
+from autotune.storage import open_storage
 
 
 def plot_studies(spec: str, out_dir: Path, study: str | None = None) -> list[Path]:

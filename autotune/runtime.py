@@ -1,11 +1,16 @@
 """matmul(A, B, out=None) with the tuned kernel for the shape, and lookup(): which one and why.
 
-Where a config comes from, in order:
-  exact    the cache holds this (device, dtype, M, N, K)
-  nearest  the cache's tuned shape on this device and dtype closest by autotune.cache.shape_distance
-           (log2 scale; doubling one dimension = 1), if within NEAREST_MAX_DISTANCE
-  shipped  the same two steps over the records committed in studies/*/records.json for this GPU
-  default  the register family's DEFAULT config
+Where a config comes from: the rows of the local cache and the records shipped in the package,
+for this dtype, ranked in this order (the first that fits wins):
+  1. exact    a row for this (M, N, K)
+  2. nearest  a row for the tuned shape closest by autotune.cache.shape_distance (log2 scale;
+              doubling one dimension = 1) within NEAREST_MAX_DISTANCE
+  3. default  the register family's DEFAULT config
+Within steps 1 and 2 rows are ranked by the GPU they were measured on: this GPU model, then one of
+the same compute capability and SM count, then one of the same compute capability (rows of other
+architectures are never used); then the faster (exact) or the closer (nearest) row. A row
+measured on other kernel code than today's (its source hash differs) is stale: it is used only
+when no fresh row fits at steps 1 and 2, with a one-time warning to re-tune.
 Lookups and built kernels are memoized per process; call `clear()` after tuning in-process.
 """
 
@@ -21,25 +26,32 @@ import numpy as np
 from numba import cuda
 
 import kernels
-from autotune.cache import Cache, CacheError, nearest_rows, shipped_rows
-from autotune.measure import device_info
+from autotune import backends, records
+from autotune.backends import Device
+from autotune.cache import Cache, CacheError, shape_distance, stale
 from autotune.space import DEFAULT_FAMILY, DeviceLimits, default_config, infeasibility
 from kernels import DTYPES, Kernel, OperandError, check_operands
 
 is_cuda_ndarray = cuda.devicearray.is_cuda_ndarray  # the simulator's, under the simulator
 
 NEAREST_MAX_DISTANCE = 3.0  # e.g. 8x along one dimension, or 2x along all three
+#: how closely the GPU a row was measured on matches this one, best first
+GPU_MATCHES = ("this GPU model", "same compute capability and SM count", "same compute capability")
 
 
 @dataclass(frozen=True)
 class Choice:
     family: str
     config: dict
-    source: str  # exact | nearest | shipped | default
-    device: str
+    source: str  # exact | nearest | default
+    device: str  # this GPU
     tuned_shape: tuple[int, int, int] | None = None  # the shape the config was tuned for
     distance: float | None = None  # shape_distance to tuned_shape
     gflops: float | None = None  # as measured when tuned
+    origin: str | None = None  # cache | shipped
+    measured_on: str | None = None  # the GPU model the row was measured on
+    gpu_match: str | None = None  # one of GPU_MATCHES
+    stale: bool = False  # measured on other kernel code than today's
 
 
 @dataclass(frozen=True)
@@ -54,7 +66,7 @@ class _Plan:
 _choices: dict[tuple, Choice] = {}
 _kernels: dict[tuple, Kernel] = {}
 _plans: dict[tuple, _Plan] = {}
-_shipped: dict[tuple, list[dict]] = {}  # studies/*/records.json rows per (device, dtype), read once
+_shipped: dict[str, list[dict]] = {}  # shipped rows per dtype, read once
 
 
 def clear() -> None:
@@ -63,7 +75,7 @@ def clear() -> None:
     _kernels.clear()
     _plans.clear()
     _shipped.clear()
-    _device.cache_clear()
+    _this_gpu.cache_clear()
 
 
 def lookup(m: int, n: int, k: int, dtype: str = "float32") -> Choice:
@@ -78,34 +90,62 @@ def lookup(m: int, n: int, k: int, dtype: str = "float32") -> Choice:
 def _find(m: int, n: int, k: int, dtype: str) -> Choice:
     if dtype not in DTYPES:
         raise OperandError(f"unsupported dtype {dtype}; supported: {', '.join(DTYPES)}")
-    device = _device()
-    if (device, dtype) not in _shipped:
-        _shipped[device, dtype] = shipped_rows(device, dtype)
-    for source, rows in (("cache", _cached_rows(device, dtype)), ("shipped", _shipped[device, dtype])):
-        usable = [r for r in rows if _usable(r, dtype)]
-        for distance, row in nearest_rows(usable, (m, n, k), 1):
-            if distance <= NEAREST_MAX_DISTANCE:
-                name = source if source == "shipped" else ("exact" if distance == 0 else "nearest")
-                return Choice(
-                    row["family"], row["params"], name, device,
-                    (row["m"], row["n"], row["k"]), distance, row["gflops"],
-                )
-    return Choice(DEFAULT_FAMILY, default_config(DEFAULT_FAMILY), "default", device)
+    device = _this_gpu()
+    if dtype not in _shipped:
+        _shipped[dtype] = records.shipped_rows(dtype=dtype)
+    candidates = [("cache", row) for row in _cached_rows(dtype)] + [("shipped", row) for row in _shipped[dtype]]
+    hashes = kernels.source_hashes()
+    ranked = []
+    for origin, row in candidates:
+        match = gpu_match(row, device)
+        if match is None or not _usable(row, dtype):
+            continue
+        distance = shape_distance((m, n, k), (row["m"], row["n"], row["k"]))
+        if distance <= NEAREST_MAX_DISTANCE:
+            is_stale = stale(row, hashes)
+            order = (is_stale, distance > 0, match, distance, -row["gflops"], origin != "cache")
+            ranked.append((order, origin, row, match, distance, is_stale))
+    if not ranked:
+        return Choice(DEFAULT_FAMILY, default_config(DEFAULT_FAMILY), "default", device.name)
+    _, origin, row, match, distance, is_stale = min(ranked, key=lambda entry: entry[0])
+    if is_stale:
+        warnings.warn(
+            f"mmtune: using a {row['family']} config for {row['m']}x{row['n']}x{row['k']} measured on older kernel "
+            f"code ({origin}); `mmtune tune --m {m} --n {n} --k {k}` re-times it", stacklevel=3,
+        )
+    return Choice(
+        row["family"], row["params"], "exact" if distance == 0 else "nearest", device.name,
+        (row["m"], row["n"], row["k"]), distance, row["gflops"], origin, row["device"], GPU_MATCHES[match], is_stale,
+    )
+
+
+def gpu_match(row: dict, device: Device) -> int | None:
+    """How closely the GPU `row` was measured on matches `device` (an index into GPU_MATCHES), or
+    None if it is another architecture."""
+    if row["device"] == device.name:
+        return 0
+    if not device.cc or row.get("cc") != device.cc:
+        return None
+    return 1 if row.get("sm_count") == device.sm_count else 2
 
 
 @cache
+def _this_gpu() -> Device:
+    return backends.current().device()
+
+
 def _device() -> str:
-    return device_info()["device"]
+    return _this_gpu().name
 
 
-def _cached_rows(device: str, dtype: str) -> list[dict]:
+def _cached_rows(dtype: str) -> list[dict]:
     try:
         cache = Cache()
     except CacheError as error:
         warnings.warn(f"mmtune: ignoring the cache: {error}", stacklevel=3)
         return []
     try:
-        return cache.rows(device, dtype)
+        return cache.rows(dtype=dtype)
     finally:
         cache.close()
 

@@ -25,6 +25,7 @@ from optuna.trial import TrialState
 
 import kernels
 from autotune.space import DeviceLimits, config_of, feasible_configs, infeasibility, ordinal, trial_params
+from kernels.base import Config
 
 SAMPLERS = ("climb", "tpe", "random", "grid", "gp")
 RIDGE = 0.3  # shrinks the effects of parameter values seen in few configs
@@ -73,7 +74,7 @@ class ClimbSampler(optuna.samplers.BaseSampler):
             return
         plan = self._next(study)
         if plan is not None:
-            self._plans[trial.number] = trial_params(*plan)
+            self._plans[trial.number] = trial_params(plan)
 
     def after_trial(self, study, trial, state, values) -> None:
         self._plans.pop(trial.number, None)
@@ -90,35 +91,36 @@ class ClimbSampler(optuna.samplers.BaseSampler):
             return plan[param_name]
         return self._random.sample_independent(study, trial, param_name, param_distribution)
 
-    def _next(self, study: optuna.Study) -> tuple[str, dict] | None:
-        """(family, config) to measure next, or None to sample at random."""
+    def _next(self, study: optuna.Study) -> Config | None:
+        """The config to measure next, or None to sample at random."""
         everything = study.get_trials(deepcopy=False)
         trials = [(t, _config(t)) for t in everything]
         trials = [(t, found) for t, found in trials if found is not None]
-        complete = [(t.value, t.number, *found) for t, found in trials
+        complete = [(t.value, t.number, found) for t, found in trials
                     if t.state == TrialState.COMPLETE and t.value is not None and t.value > 0]
         fastest = max(complete, key=lambda entry: (entry[0], -entry[1])) if complete else None  # ties: the first
         queued = [t for t in everything if "fixed_params" in t.system_attrs and not t.state.is_finished()]
         anchor = _warm_start_ahead(queued, fastest[1] if fastest else None)
         if anchor is not None:
-            family, best = anchor
+            start = anchor
         elif fastest:
-            _, _, family, best = fastest
+            start = fastest[2]
         elif trials:  # workers starting together climb from the first config another one is measuring
-            family, best = trials[0][1]
+            start = trials[0][1]
         else:
             return None
-        seen = {_key(*found) for t, found in trials if t.state != TrialState.PRUNED}
-        seen |= {_key(*config_of(t.system_attrs["fixed_params"])) for t in queued}
-        space = kernels.family(family).SPACE
-        candidates = [c for c in neighbours(best, space) if _key(family, c) not in seen
+        family = start.family
+        seen = {found for t, found in trials if t.state != TrialState.PRUNED}
+        seen |= {config_of(t.system_attrs["fixed_params"]) for t in queued}
+        space = kernels.family(family).space
+        candidates = [c for c in neighbours(start.params, space) if Config.of(family, c) not in seen
                       and infeasibility(family, c, self.dtype, self.limits) is None]
         if not candidates:
-            candidates = [c for c in self._feasible(family) if _key(family, c) not in seen]
+            candidates = [c for c in self._feasible(family) if Config.of(family, c) not in seen]
         if not candidates:
             return None
-        measured = [(config, value) for value, _, other, config in complete if other == family]
-        return family, candidates[self._most_promising(candidates, measured, space)]
+        measured = [(config.params, value) for value, _, config in complete if config.family == family]
+        return Config.of(family, candidates[self._most_promising(candidates, measured, space)])
 
     def _feasible(self, family: str) -> list[dict]:
         if family not in self._feasible_configs:
@@ -150,9 +152,9 @@ def neighbours(config: dict, space: dict) -> list[dict]:
     return found
 
 
-def _warm_start_ahead(queued: list, fastest: int | None) -> tuple[str, dict] | None:
+def _warm_start_ahead(queued: list, fastest: int | None) -> Config | None:
     """The first of the `queued` warm starts (waiting or being measured) that was queued before
-    trial `fastest` (the fastest so far; None: any), as (family, config). The warm starts are
+    trial `fastest` (the fastest so far; None: any). The warm starts are
     queued best guess first, so while one is still waiting or compiling, the workers climb from
     it rather than from whichever config finished first (a quickly compiled but slow family)."""
     if queued and (fastest is None or queued[0].number < fastest):
@@ -160,16 +162,12 @@ def _warm_start_ahead(queued: list, fastest: int | None) -> tuple[str, dict] | N
     return None
 
 
-def _config(trial: optuna.trial.FrozenTrial) -> tuple[str, dict] | None:
-    """(family, config) of a trial, or None while another worker's trial is still being suggested."""
+def _config(trial: optuna.trial.FrozenTrial) -> Config | None:
+    """The config of a trial, or None while another worker's trial is still being suggested."""
     family = trial.params.get("family")
-    if family is None or any(f"{family}.{name}" not in trial.params for name in kernels.family(family).SPACE):
+    if family is None or any(f"{family}.{name}" not in trial.params for name in kernels.family(family).space):
         return None
     return config_of(trial.params)
-
-
-def _key(family: str, config: dict) -> tuple:
-    return family, tuple(sorted(config.items()))
 
 
 @lru_cache

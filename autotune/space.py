@@ -10,7 +10,7 @@ import random
 from dataclasses import dataclass
 
 import kernels
-from kernels.base import DeviceLimits, all_configs
+from kernels.base import Config, DeviceLimits, all_configs
 
 FAMILY_NAMES = tuple(kernels.FAMILIES)
 #: the family whose DEFAULT config `matmul` falls back to: small tiles that suit any shape and
@@ -19,39 +19,31 @@ DEFAULT_FAMILY = "register"
 
 
 def device_limits() -> DeviceLimits:
-    """The current CUDA device's limits; the defaults under the simulator."""
-    from numba import config, cuda
+    """The current device's limits (the defaults under the simulator)."""
+    from autotune import backends
 
-    if config.ENABLE_CUDASIM:
-        return DeviceLimits()
-    attrs = cuda.get_current_device()
-    return DeviceLimits(
-        max_threads_per_block=attrs.MAX_THREADS_PER_BLOCK,
-        max_shared_per_block=min(attrs.MAX_SHARED_MEMORY_PER_BLOCK, 48 * 1024),
-        max_registers_per_block=attrs.MAX_REGISTERS_PER_BLOCK,
-        max_threads_per_sm=attrs.MAX_THREADS_PER_MULTIPROCESSOR,
-    )
+    return backends.current().limits()
 
 
 def infeasibility(family: str, config: dict, dtype: str, limits: DeviceLimits) -> str | None:
     """Why `config` of `family` cannot run on a device with `limits`, or None if it can."""
-    module = kernels.family(family)
-    unknown = set(config) ^ set(module.SPACE)
+    entry = kernels.family(family)
+    unknown = set(config) ^ set(entry.space)
     if unknown:
         return f"parameters {sorted(unknown)} do not match family {family!r}"
     for name, value in config.items():
-        if value not in module.SPACE[name]:
-            return f"{name}={value!r} is not one of {module.SPACE[name]}"
-    return module.restrict(config, dtype, limits)
+        if value not in entry.space[name]:
+            return f"{name}={value!r} is not one of {entry.space[name]}"
+    return entry.restrict(config, dtype, limits)
 
 
 def feasible_configs(family: str, dtype: str, limits: DeviceLimits) -> list[dict]:
-    module = kernels.family(family)
-    return [c for c in all_configs(module.SPACE) if module.restrict(c, dtype, limits) is None]
+    entry = kernels.family(family)
+    return [c for c in all_configs(entry.space) if entry.restrict(c, dtype, limits) is None]
 
 
 def default_config(family: str) -> dict:
-    return dict(kernels.family(family).DEFAULT)
+    return dict(kernels.family(family).default)
 
 
 def sample_configs(
@@ -69,17 +61,17 @@ def ordinal(values: list) -> bool:
     return len(values) > 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in values)
 
 
-def suggest(trial, families: list[str], dtype: str) -> tuple[str, dict]:
+def suggest(trial, families: list[str], dtype: str) -> Config:
     """Ask an Optuna trial for a family and its parameters (named "family.param")."""
     family = trial.suggest_categorical("family", list(families))
-    config = {}
-    for name, values in kernels.family(family).SPACE.items():
+    params = {}
+    for name, values in kernels.family(family).space.items():
         key = f"{family}.{name}"
         if ordinal(values):
-            config[name] = values[trial.suggest_int(key, 0, len(values) - 1)]
+            params[name] = values[trial.suggest_int(key, 0, len(values) - 1)]
         else:
-            config[name] = trial.suggest_categorical(key, values)
-    return family, config
+            params[name] = trial.suggest_categorical(key, values)
+    return Config.of(family, params)
 
 
 def distributions(families: list[str]) -> dict:
@@ -89,30 +81,29 @@ def distributions(families: list[str]) -> dict:
 
     found = {"family": CategoricalDistribution(list(families))}
     for family in families:
-        for name, values in kernels.family(family).SPACE.items():
+        for name, values in kernels.family(family).space.items():
             ordered = ordinal(values)
             found[f"{family}.{name}"] = IntDistribution(0, len(values) - 1) if ordered else CategoricalDistribution(values)
     return found
 
 
-def trial_params(family: str, config: dict) -> dict:
-    """The Optuna parameters that `suggest` records for (family, config): for enqueueing."""
-    space = kernels.family(family).SPACE
-    params = {"family": family}
-    for name, value in config.items():
-        params[f"{family}.{name}"] = space[name].index(value) if ordinal(space[name]) else value
+def trial_params(config: Config) -> dict:
+    """The Optuna parameters that `suggest` records for `config`: for enqueueing."""
+    space = kernels.family(config.family).space
+    params = {"family": config.family}
+    for name, value in config.items:
+        params[f"{config.family}.{name}"] = space[name].index(value) if ordinal(space[name]) else value
     return params
 
 
-def config_of(params: dict) -> tuple[str, dict]:
-    """(family, config) from the parameters of a trial that `suggest` filled."""
+def config_of(params: dict) -> Config:
+    """The config of a trial that `suggest` filled, from its Optuna parameters."""
     family = params["family"]
-    space = kernels.family(family).SPACE
-    config = {}
-    for name, values in space.items():
-        value = params[f"{family}.{name}"]
-        config[name] = values[value] if ordinal(values) else value
-    return family, config
+    space = kernels.family(family).space
+    return Config.of(family, {
+        name: values[params[f"{family}.{name}"]] if ordinal(values) else params[f"{family}.{name}"]
+        for name, values in space.items()
+    })
 
 
 @dataclass(frozen=True)

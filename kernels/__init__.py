@@ -1,23 +1,40 @@
 """Parameterized Numba CUDA matmul kernel families: C = A @ B for any M, N, K.
 
-Each family module holds its search space as data (SPACE, DEFAULT), a restriction function and a
-factory; see kernels.base for the contract.
+Every module of this package that defines `FAMILY` (a kernels.base.Family) is a family; see
+kernels.base for the contract. FAMILIES lists them in the order a cold study tries their defaults.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import inspect
+import pkgutil
+import sys
 from functools import cache
 from types import ModuleType
 
-from . import base, intrinsics, naive, register, shared, splitk, tiles, vector
-from .base import DTYPES, DeviceLimits, Kernel, OperandError, check_operands
+from . import base, intrinsics, tiles
+from .base import DTYPES, Config, DeviceLimits, Family, Kernel, OperandError, check_operands
 
-FAMILIES: dict[str, ModuleType] = {"naive": naive, "shared": shared, "register": register, "vector": vector, "splitk": splitk}
+#: marks this package as mmtune's: another distribution also installs a top-level `kernels`
+MMTUNE_KERNELS = True
 
 
-def family(name: str) -> ModuleType:
+def _discover() -> dict[str, Family]:
+    found = []
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        entry = getattr(module, "FAMILY", None)
+        if isinstance(entry, Family):
+            found.append(entry)
+    return {entry.name: entry for entry in sorted(found, key=lambda e: (e.first_guess, e.name))}
+
+
+FAMILIES: dict[str, Family] = _discover()
+
+
+def family(name: str) -> Family:
     try:
         return FAMILIES[name]
     except KeyError:
@@ -34,10 +51,18 @@ def build(name: str, config: dict, dtype: str) -> Kernel:
 def source_hash(name: str) -> str:
     """A hash of the family's source and of the shared modules and families it builds on: a
     cached config whose hash differs was measured on other code."""
-    module = family(name)
+    module = sys.modules[family(name).build.__module__]
     used = [value for value in vars(module).values() if isinstance(value, ModuleType) and value.__name__.startswith(__name__)]
     text = "".join(inspect.getsource(m) for m in (module, *used, base, intrinsics, tiles))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-__all__ = ["DTYPES", "FAMILIES", "DeviceLimits", "Kernel", "OperandError", "build", "check_operands", "family", "source_hash"]
+def source_hashes() -> dict[str, str]:
+    """Every family's source hash: what a row's `source_hash` must equal to be fresh."""
+    return {name: source_hash(name) for name in FAMILIES}
+
+
+__all__ = [
+    "DTYPES", "FAMILIES", "Config", "DeviceLimits", "Family", "Kernel", "OperandError", "build", "check_operands",
+    "family", "source_hash", "source_hashes",
+]

@@ -1,16 +1,15 @@
-"""What every kernel family shares: element types, device limits, and the launchable Kernel.
+"""What every kernel family shares: element types, device limits, configs and the launchable Kernel.
 
-A family module (naive, shared, register) exports:
-  SPACE     -- {parameter: [values]}, its search space as plain data
-  DEFAULT   -- a config that is feasible on any CUDA device
-  restrict  -- restrict(config, dtype, limits) -> reason it cannot run, or None
-  build     -- build(config, dtype) -> Kernel
+A family is one module of this package that defines `FAMILY = Family(...)`: its search space as
+plain data, a default config, a restriction, a factory and its place in the tuner's first guesses.
+`kernels/__init__.py` finds the modules that define one, so adding a family is adding its module.
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -59,6 +58,58 @@ def all_configs(space: dict[str, list]) -> list[dict]:
     """The cartesian product of a family's SPACE, feasible or not."""
     names = list(space)
     return [dict(zip(names, values)) for values in itertools.product(*space.values())]
+
+
+@dataclass(frozen=True)
+class Family:
+    """One kernel family: everything the tuner and the runtime need to know about it."""
+
+    name: str
+    space: dict  # {parameter: [values]}, the search space as plain data
+    default: dict  # a config feasible on any CUDA device
+    restrict: Callable  # restrict(config, dtype, limits) -> why it cannot run, or None
+    build: Callable  # build(config, dtype) -> Kernel
+    #: where a cold study tries this family's default: lower first. Workers starting together
+    #: climb from the first queued config, so the family most likely to win goes first.
+    first_guess: int
+    shared_bytes: Callable | None = None  # shared_bytes(config, dtype) -> static shared memory
+
+    def config(self, params: dict | None = None) -> "Config":
+        return Config.of(self.name, self.default if params is None else params)
+
+
+@dataclass(frozen=True)
+class Config:
+    """A family and its parameters: hashable, with one canonical text `key` used by the study, the
+    cache, the runtime's memo and the kernel store alike."""
+
+    family: str
+    items: tuple  # sorted (name, value) pairs
+
+    @classmethod
+    def of(cls, family: str, params: dict) -> "Config":
+        return cls(family, tuple(sorted(params.items())))
+
+    @classmethod
+    def from_key(cls, key: str) -> "Config":
+        family, _, params = key.partition(":")
+        return cls.of(family, json.loads(params))
+
+    @property
+    def params(self) -> dict:
+        return dict(self.items)
+
+    @property
+    def params_json(self) -> str:
+        """The parameters as the cache stores them."""
+        return json.dumps(self.params, sort_keys=True)
+
+    @property
+    def key(self) -> str:
+        return f"{self.family}:{self.params_json}"
+
+    def __str__(self) -> str:
+        return f"{self.family} {self.params_json}"
 
 
 class OperandError(ValueError):

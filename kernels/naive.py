@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from numba import cuda
 
-from .base import DeviceLimits, Kernel, numba_type
+from .base import DeviceLimits, Family, Kernel, numba_type
 
 SPACE = {
     "block_x": [8, 16, 32, 64, 128, 256],
@@ -36,3 +36,6 @@ def build(config: dict, dtype: str) -> Kernel:
 
     bx, by = config["block_x"], config["block_y"]
     return Kernel("naive", dict(config), dtype, naive_matmul, block=(bx, by), tile=(by, bx))
+
+
+FAMILY = Family("naive", SPACE, DEFAULT, restrict, build, first_guess=4)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from numba import cuda
 
-from .base import DeviceLimits, Kernel, itemsize, numba_type
+from .base import DeviceLimits, Family, Kernel, itemsize, numba_type
 from .tiles import loads_per_thread, restrict_tiling, tile_movers
 
 SPACE = {
@@ -125,3 +125,6 @@ def build(config: dict, dtype: str) -> Kernel:
                         C[r, c] = acc[i, j]
 
     return Kernel("register", dict(config), dtype, register_matmul, block=(THREADS,), tile=(BM, BN))
+
+
+FAMILY = Family("register", SPACE, DEFAULT, restrict, build, first_guess=2, shared_bytes=shared_bytes)

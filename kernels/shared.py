@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from numba import cuda
 
-from .base import DeviceLimits, Kernel, itemsize, numba_type
+from .base import DeviceLimits, Family, Kernel, itemsize, numba_type
 
 SPACE = {
     "tpb": [8, 16, 32],
@@ -63,3 +63,6 @@ def build(config: dict, dtype: str) -> Kernel:
             C[row, col] = acc
 
     return Kernel("shared", dict(config), dtype, shared_matmul, block=(TPB, TPB), tile=(TPB, TPB))
+
+
+FAMILY = Family("shared", SPACE, DEFAULT, restrict, build, first_guess=3, shared_bytes=shared_bytes)

@@ -11,7 +11,7 @@ verification bound).
 from __future__ import annotations
 
 from . import vector
-from .base import DeviceLimits, Kernel
+from .base import DeviceLimits, Family, Kernel
 
 SPACE = {**vector.SPACE, "splits": [2, 4, 8, 16]}
 DEFAULT = {**vector.DEFAULT, "splits": 4}
@@ -24,3 +24,6 @@ def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
 
 def build(config: dict, dtype: str) -> Kernel:
     return vector.make(config, dtype, family="splitk", splits=config["splits"])
+
+
+FAMILY = Family("splitk", SPACE, DEFAULT, restrict, build, first_guess=1, shared_bytes=shared_bytes)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from numba import cuda
 
-from .base import DeviceLimits, Kernel, itemsize, numba_type, unrolled
+from .base import DeviceLimits, Family, Kernel, itemsize, numba_type, unrolled
 from .intrinsics import SHARED_ALIGNMENT, async_commit, async_wait, rows_aligned, vector_load, vector_width
 from .tiles import loads_per_thread, restrict_tiling, tile_copier, tile_movers
 
@@ -257,3 +257,6 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1) -> K
 
     return Kernel(family, dict(config), dtype, vector_matmul, block=(THREADS,), tile=(BM, BN), splits=SPLITS,
                   min_blocks=config["min_blocks"])
+
+
+FAMILY = Family("vector", SPACE, DEFAULT, restrict, build, first_guess=0, shared_bytes=shared_bytes)

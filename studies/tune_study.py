@@ -20,7 +20,7 @@ from numba import cuda
 from autotune import runtime
 from autotune.cache import Cache
 from autotune.measure import cublas_matmul, device_info, random_inputs, time_launches, versions
-from autotune.tuner import tune
+from autotune.tuner import TuneRequest, tune
 
 OVERHEAD_SHAPE = (256, 256, 256)
 OVERHEAD_CALLS = 2000
@@ -70,7 +70,7 @@ def main() -> None:
     report = {**device_info(), **versions(), "shapes": []}
     for shape in args.shapes.split(","):
         m, n, k = (int(x) for x in shape.split("x"))
-        result = tune(m, n, k, trials=args.trials, seed=0)
+        result = tune(TuneRequest(m, n, k, trials=args.trials, seed=0))
         runtime.clear()
         entry = {"shape": shape, "wall_s": result.wall_s, "trials": result.trials, "failed": result.failed, **result.row}
         entry.update(against_cublas(result.row))

@@ -3,6 +3,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+import kernels
 from autotune.cache import Cache
 from autotune.cli import app
 
@@ -10,7 +11,7 @@ runner = CliRunner()
 ROW = dict(device="NVIDIA H200", dtype="float32", m=1024, n=1024, k=1024, family="shared",
            params={"pad": 1, "tpb": 16}, gflops=6020.5, median_ms=0.3567, spread=0.012, trials=40,
            cc="9.0", driver="13.0", numba="0.68.0", numba_cuda="0.30.4", source_hash="abc",
-           created="2026-11-22T02:00:00+00:00", study="mmtune:NVIDIA H200:float32:1024x1024x1024")
+           created="2026-11-22T02:00:00+00:00", study="mmtune:NVIDIA H200:float32:1024x1024x1024", sm_count=132)
 
 
 def invoke(*args):
@@ -18,13 +19,15 @@ def invoke(*args):
 
 
 def test_tune_then_resume_then_best_in_the_simulator():
-    first = invoke("tune", "--m", 5, "--n", 6, "--k", 7, "--trials", 2, "--family", "shared", "--simulate", "--dtype", "int32")
+    first = invoke("tune", "--m", 5, "--n", 6, "--k", 7, "--trials", 2, "--family", "shared", "--simulate", "--dtype", "int32",
+                   "--jobs", 1)
     assert first.exit_code == 0, first.output
     lines = first.stdout.splitlines()
     assert "best for simulator int32 5x6x7: shared {" in first.stdout
     assert any(line.startswith("  written to the cache") for line in lines)
     assert "2 trials (2 new, 0 failed)" in first.stdout
-    again = invoke("tune", "--m", 5, "--n", 6, "--k", 7, "--trials", 2, "--family", "shared", "--simulate", "--dtype", "int32")
+    again = invoke("tune", "--m", 5, "--n", 6, "--k", 7, "--trials", 2, "--family", "shared", "--simulate", "--dtype", "int32",
+                   "--jobs", 1)
     assert "2 trials (0 new, 0 failed)" in again.stdout
     rows = json.loads(invoke("best", "--json").stdout)
     assert [(r["device"], r["dtype"], r["m"], r["n"], r["k"], r["family"]) for r in rows] == [("simulator", "int32", 5, 6, 7, "shared")]
@@ -35,19 +38,19 @@ def test_best_json_prints_the_rows_exactly():
     Cache().record(ROW)
     result = invoke("best", "--json", "--m", 1024, "--n", 1024, "--k", 1024)
     assert result.exit_code == 0
-    assert json.loads(result.stdout) == [ROW]
+    assert json.loads(result.stdout) == [{**ROW, "stale": True}]  # "abc" is not today's code
 
 
 def test_best_table():
     Cache().record(ROW)
-    Cache().record({**ROW, "m": 2048, "gflops": 0.5})
+    Cache().record({**ROW, "m": 2048, "gflops": 0.5, "source_hash": kernels.source_hash("shared")})
     lines = invoke("best", "--dtype", "float32").stdout.splitlines()
     assert [c.strip() for c in lines[1].split("┃")[1:-1]] == [
-        "device", "dtype", "M", "N", "K", "family", "params", "GFLOPS", "spread", "trials", "tuned"]
+        "device", "dtype", "M", "N", "K", "family", "params", "GFLOPS", "spread", "trials", "tuned", "code"]
     body = [[c.strip() for c in line.split("│")[1:-1]] for line in lines[3:5]]
     assert body == [
-        ["NVIDIA H200", "float32", "1024", "1024", "1024", "shared", "pad=1 tpb=16", "6,020", "1.2%", "40", "2026-11-22"],
-        ["NVIDIA H200", "float32", "2048", "1024", "1024", "shared", "pad=1 tpb=16", "0.5", "1.2%", "40", "2026-11-22"],
+        ["NVIDIA H200", "float32", "1024", "1024", "1024", "shared", "pad=1 tpb=16", "6,020", "1.2%", "40", "2026-11-22", "stale"],
+        ["NVIDIA H200", "float32", "2048", "1024", "1024", "shared", "pad=1 tpb=16", "0.5", "1.2%", "40", "2026-11-22", "current"],
     ]
 
 
@@ -85,7 +88,7 @@ def test_lookup_in_the_simulator():
     [
         (("tune", "--m", 0, "--n", 4, "--k", 4, "--simulate"), "error: M, N and K must be positive, got 0x4x4\n"),
         (("tune", "--m", 4, "--n", 4, "--k", 4, "--dtype", "float16", "--simulate"), "error: unsupported dtype 'float16'; supported: float32, float64, int32\n"),
-        (("tune", "--m", 4, "--n", 4, "--k", 4, "--family", "cublas", "--simulate"), "error: unknown kernel family 'cublas'; known: naive, shared, register, vector, splitk\n"),
+        (("tune", "--m", 4, "--n", 4, "--k", 4, "--family", "cublas", "--simulate"), "error: unknown kernel family 'cublas'; known: vector, splitk, register, shared, naive\n"),
         (("best", "--m", 4), "error: give all of --m, --n and --k, or none\n"),
         (("bench", "--shapes", "4x4", "--simulate"), "error: '4x4' is neither a suite (standard, squares, quick) nor a shape MxNxK\n"),
         (("sweep", "--sizes", "8,x", "--simulate"), "error: --sizes takes positive integers like 8,16,32; got '8,x'\n"),
@@ -160,7 +163,8 @@ def test_import_refuses_a_malformed_file_and_leaves_the_cache_alone(tmp_path, co
 
 
 def test_the_shipped_records_are_valid_exports():
-    from autotune.cache import SHIPPED_DIR, read_records
+    from autotune.cache import read_records
+    from autotune.records import SHIPPED_DIR
 
     for path in SHIPPED_DIR.glob("*/records.json"):
         assert read_records(path)

@@ -10,7 +10,8 @@ from pathlib import Path
 import optuna
 
 from autotune.cache import Cache
-from autotune.tuner import open_storage, study_name
+from autotune.storage import open_storage
+from autotune.study import study_name
 
 TESTS = str(Path(__file__).parent)
 KEYS = [(64, 64, 64), (128, 64, 64), (64, 128, 32)]
@@ -32,11 +33,11 @@ import sys
 sys.path.insert(0, sys.argv[4])
 from replay import Replay, config_key
 from autotune.space import feasible_configs, DeviceLimits
-from autotune.tuner import tune
+from autotune.tuner import TuneRequest, tune
 table = {config_key("shared", c): 10.0 * c["tpb"] + c["pad"] for c in feasible_configs("shared", "float32", DeviceLimits())}
 m, n, k = (int(x) for x in sys.argv[1:4])
-tune(m, n, k, trials=5, families=["shared"], sampler="random", seed=int(sys.argv[5]), show_progress=False,
-     measurer=Replay(table))
+tune(TuneRequest(m, n, k, trials=5, families=["shared"], sampler="random", seed=int(sys.argv[5]), jobs=1), Replay(table),
+     show_progress=False)
 """
 
 OPENER = """
@@ -44,7 +45,8 @@ import sys
 from pathlib import Path
 from autotune.cache import Cache
 from autotune.space import DeviceLimits
-from autotune.tuner import open_storage, open_study
+from autotune.storage import open_storage
+from autotune.study import open_study
 spec, worker, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
 cache = Cache()
 storage = open_storage(spec)

@@ -8,7 +8,7 @@ from faults import CRASH, HANG, POISON, faulty_measure
 import kernels
 from autotune.cache import Cache
 from autotune.isolation import Isolated, MeasureFailed
-from autotune.tuner import tune
+from autotune.tuner import TuneRequest, tune
 
 
 def kernel(config):
@@ -45,9 +45,9 @@ def test_a_fault_fails_the_call_and_the_next_gets_a_fresh_child(isolated, config
 
 
 def test_the_study_survives_crashing_hanging_and_poisoning_kernels():
-    result = tune(6, 5, 4, trials=9, families=["shared"], sampler="grid", show_progress=False,
-                  measurer=Isolated(faulty_measure, timeout_s=3))
-    from autotune.tuner import open_storage
+    result = tune(TuneRequest(6, 5, 4, trials=9, families=["shared"], sampler="grid", jobs=1),
+                  Isolated(faulty_measure, timeout_s=3), show_progress=False)
+    from autotune.storage import open_storage
 
     study = optuna.load_study(study_name=result.study_name, storage=open_storage(result.storage))
     failed = {t.params["shared.pad"]: t.user_attrs["error"] for t in study.trials

@@ -22,10 +22,10 @@ PIPELINED = {"unroll": True, "fragments": 2, "wide_fetch": True, "async_copy": F
 ASYNC = {**PIPELINED, "async_copy": True}
 
 if ON_GPU:
-    CONFIGS = {name: [module.DEFAULT] for name, module in kernels.FAMILIES.items()}
+    CONFIGS = {name: [entry.default] for name, entry in kernels.FAMILIES.items()}
     for name in ("vector", "splitk"):
-        CONFIGS[name].append({**kernels.FAMILIES[name].DEFAULT, **PIPELINED})
-        CONFIGS[name].append({**kernels.FAMILIES[name].DEFAULT, **ASYNC, "stages": 3})
+        CONFIGS[name].append({**kernels.FAMILIES[name].default, **PIPELINED})
+        CONFIGS[name].append({**kernels.FAMILIES[name].default, **ASYNC, "stages": 3})
     SHAPES = [(1, 1, 1), (1, 1000, 1), (257, 129, 1), (513, 1021, 769), (1000, 1000, 1000), (1000, 1024, 996)]
 else:
     # Small tiles keep the simulator (one Python thread per CUDA thread) fast.
@@ -140,14 +140,14 @@ def test_int32_wraps_like_numpy():
     ],
 )
 def test_operand_shapes_are_checked(A, B, C, message):
-    kernel = kernels.build("naive", kernels.naive.DEFAULT, "float32")
+    kernel = kernels.build("naive", kernels.family("naive").default, "float32")
     arrays = [np.ones(s, np.float32) for s in (A, B, C)]
     with pytest.raises(OperandError, match=message):
         kernel(*arrays)
 
 
 def test_operands_must_be_c_contiguous_and_of_the_kernel_dtype():
-    kernel = kernels.build("naive", kernels.naive.DEFAULT, "float32")
+    kernel = kernels.build("naive", kernels.family("naive").default, "float32")
     A = np.ones((4, 4), np.float32)
     with pytest.raises(OperandError, match="B is not C-contiguous"):
         kernel(A, np.ones((4, 4), np.float32).T.copy(order="F"), np.ones((4, 4), np.float32))
@@ -159,7 +159,7 @@ def test_operands_beyond_32_bit_offsets_are_refused():
     """The kernels address elements with 32-bit offsets (kernels.intrinsics)."""
     from types import SimpleNamespace
 
-    kernel = kernels.build("vector", kernels.vector.DEFAULT, "float32")
+    kernel = kernels.build("vector", kernels.family("vector").default, "float32")
     huge = SimpleNamespace(shape=(2**16, 2**16), dtype=np.float32, flags={"C_CONTIGUOUS": True})
     small = np.ones((2**16, 4), np.float32)
     with pytest.raises(OperandError, match="A has 4,294,967,296 elements"):
@@ -170,7 +170,7 @@ def test_unknown_family_and_dtype_are_refused():
     with pytest.raises(ValueError, match="unknown kernel family 'tensor'"):
         kernels.build("tensor", {}, "float32")
     with pytest.raises(ValueError, match="unsupported dtype 'float16'"):
-        kernels.build("naive", kernels.naive.DEFAULT, "float16")
+        kernels.build("naive", kernels.family("naive").default, "float16")
 
 
 # --- property test: configs drawn from each family's feasible space compute the right product ---

@@ -9,7 +9,8 @@ import time
 
 import optuna
 
-from autotune.tuner import measured_trials, open_storage, study_name
+from autotune.storage import open_storage
+from autotune.study import measured_trials, study_name
 
 SHAPE = ("6", "5", "4")
 

@@ -12,6 +12,7 @@ import kernels
 
 import autotune
 import autotune.cache
+import autotune.records
 from autotune import runtime
 from autotune.cache import Cache
 from autotune.measure import error_bound, random_inputs, reference, relative_error
@@ -22,7 +23,8 @@ SMALL = {"bm": 16, "bn": 32, "bk": 8, "tm": 2, "tn": 4, "pad": 1, "mapping": "st
 
 
 def tuned(m, n, k, dtype="float32", family="register", params=SMALL, gflops=1.0):
-    Cache().record(dict(device=DEVICE, dtype=dtype, m=m, n=n, k=k, family=family, params=params, gflops=gflops))
+    Cache().record(dict(device=DEVICE, dtype=dtype, m=m, n=n, k=k, family=family, params=params, gflops=gflops,
+                        source_hash=kernels.source_hash(family)))
     runtime.clear()
 
 
@@ -52,15 +54,14 @@ def test_lookup_is_memoized_until_cleared():
     assert autotune.lookup(8, 8, 8) is autotune.lookup(8, 8, 8)
 
 
-def test_shipped_records_are_the_fallback(tmp_path, monkeypatch):
-    (tmp_path / "somegpu").mkdir()
-    record = dict(device=DEVICE, dtype="float32", m=64, n=64, k=64, family="shared", params={"tpb": 8, "pad": 0}, gflops=9.0)
-    (tmp_path / "somegpu" / "records.json").write_text(json.dumps([record, {**record, "device": "Another GPU"}]))
-    monkeypatch.setattr(autotune.cache, "SHIPPED_DIR", tmp_path)
+def test_shipped_records_are_the_fallback(monkeypatch):
+    record = dict(device=DEVICE, dtype="float32", m=64, n=64, k=64, family="shared", params={"tpb": 8, "pad": 0},
+                  gflops=9.0, source_hash=kernels.source_hash("shared"))
+    monkeypatch.setattr(autotune.records, "shipped_rows", lambda device=None, dtype=None: [record])
     choice = autotune.lookup(64, 64, 32)
-    assert (choice.source, choice.family, choice.gflops) == ("shipped", "shared", 9.0)
+    assert (choice.source, choice.origin, choice.family, choice.gflops) == ("nearest", "shipped", "shared", 9.0)
     tuned(64, 64, 32)
-    assert autotune.lookup(64, 64, 32).source == "exact"
+    assert (autotune.lookup(64, 64, 32).source, autotune.lookup(64, 64, 32).origin) == ("exact", "cache")
 
 
 def test_rows_that_no_longer_fit_their_family_are_skipped_with_a_warning():

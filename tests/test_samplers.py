@@ -7,13 +7,13 @@ import kernels
 from autotune.cache import Cache
 from autotune.samplers import ClimbSampler, neighbours
 from autotune.space import DeviceLimits, config_of, feasible_configs, suggest, trial_params
-from autotune.tuner import tune
+from autotune.tuner import TuneRequest, tune
 
 SHAPE = (96, 80, 64)
 
 
 def run(replay, trials, family):
-    return tune(*SHAPE, trials=trials, families=[family], sampler="climb", show_progress=False, measurer=replay)
+    return tune(TuneRequest(*SHAPE, trials=trials, families=[family], sampler="climb", jobs=1), replay, show_progress=False)
 
 
 def measured_configs(result) -> list[dict]:
@@ -21,7 +21,7 @@ def measured_configs(result) -> list[dict]:
 
     storage = optuna.storages.JournalStorage(JournalFileBackend(str(Cache().path.parent / "studies.journal")))
     study = optuna.load_study(study_name=result.study_name, storage=storage)
-    return [config_of(t.params)[1] for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    return [config_of(t.params).params for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
 
 
 def test_neighbours_change_one_parameter_or_swap_two_on_the_same_scale():
@@ -36,18 +36,18 @@ def test_neighbours_change_one_parameter_or_swap_two_on_the_same_scale():
 
 
 def test_climb_proposes_neighbours_of_the_fastest_config_so_far():
-    default = kernels.register.DEFAULT
+    default = kernels.family("register").default
     faster = {**default, "bk": 16}
     replay = Replay({config_key("register", faster): 50.0}, default=10.0)
     configs = measured_configs(run(replay, 12, "register"))
     assert configs[0] == default and faster in configs
     for i, config in enumerate(configs[1:], 1):
         best = faster if faster in configs[:i] else default
-        assert config in neighbours(best, kernels.register.SPACE), (i, config)
+        assert config in neighbours(best, kernels.family("register").space), (i, config)
 
 
 def test_climb_jumps_to_the_predicted_fastest_config_once_every_neighbour_is_measured():
-    assert kernels.shared.DEFAULT == {"tpb": 16, "pad": 0}
+    assert kernels.family("shared").default == {"tpb": 16, "pad": 0}
     local_optimum = {(16, 0): 100.0, (8, 0): 50.0, (32, 0): 80.0, (16, 1): 90.0, (16, 2): 30.0}
     table = {config_key("shared", {"tpb": tpb, "pad": pad}): gflops for (tpb, pad), gflops in local_optimum.items()}
     configs = measured_configs(run(Replay(table, default=20.0), 6, "shared"))
@@ -68,12 +68,12 @@ def test_workers_starting_together_climb_from_the_config_being_measured():
     """With --jobs, the warm start is still running when the other workers ask for a config."""
     sampler = ClimbSampler("float32", DeviceLimits(), seed=0)
     study = optuna.create_study(direction="maximize", sampler=sampler)
-    study.enqueue_trial(trial_params("shared", kernels.shared.DEFAULT))
+    study.enqueue_trial(trial_params(kernels.family("shared").config()))
     first = study.ask()
-    assert suggest(first, ["shared"], "float32") == ("shared", kernels.shared.DEFAULT)
+    assert suggest(first, ["shared"], "float32") == kernels.family("shared").config()
     for _ in range(4):
-        _, config = suggest(study.ask(), ["shared"], "float32")
-        assert config in neighbours(kernels.shared.DEFAULT, kernels.shared.SPACE)
+        config = suggest(study.ask(), ["shared"], "float32").params
+        assert config in neighbours(kernels.family("shared").default, kernels.family("shared").space)
 
 
 def test_workers_climb_from_the_first_warm_start_until_it_is_measured():
@@ -81,14 +81,14 @@ def test_workers_climb_from_the_first_warm_start_until_it_is_measured():
     later one, quicker to compile but slower, has finished; after that, the fastest does."""
     sampler = ClimbSampler("float32", DeviceLimits(), seed=0)
     study = optuna.create_study(direction="maximize", sampler=sampler)
-    study.enqueue_trial(trial_params("shared", kernels.shared.DEFAULT))
-    study.enqueue_trial(trial_params("naive", kernels.naive.DEFAULT))
+    study.enqueue_trial(trial_params(kernels.family("shared").config()))
+    study.enqueue_trial(trial_params(kernels.family("naive").config()))
     shared, naive = study.ask(), study.ask()
-    assert [suggest(t, ["shared", "naive"], "float32")[0] for t in (shared, naive)] == ["shared", "naive"]
+    assert [suggest(t, ["shared", "naive"], "float32").family for t in (shared, naive)] == ["shared", "naive"]
     study.tell(naive, 10.0)
     for _ in range(3):
-        family, config = suggest(study.ask(), ["shared", "naive"], "float32")
-        assert family == "shared" and config in neighbours(kernels.shared.DEFAULT, kernels.shared.SPACE)
+        chosen = suggest(study.ask(), ["shared", "naive"], "float32")
+        assert chosen.family == "shared" and chosen.params in neighbours(kernels.family("shared").default, kernels.family("shared").space)
     study.tell(shared, 5.0)
-    family, config = suggest(study.ask(), ["shared", "naive"], "float32")
-    assert family == "naive" and config in neighbours(kernels.naive.DEFAULT, kernels.naive.SPACE)
+    chosen = suggest(study.ask(), ["shared", "naive"], "float32")
+    assert chosen.family == "naive" and chosen.params in neighbours(kernels.family("naive").default, kernels.family("naive").space)

@@ -11,6 +11,7 @@ allowed 128 elements per thread. The tuner searches exactly that space (those pa
 to what the sweep ran) and must reach 0.97 of its best within 40 trials too.
 """
 
+import dataclasses
 import json
 import statistics
 from collections import defaultdict
@@ -22,15 +23,15 @@ from replay import Replay, config_key
 import kernels
 from autotune.cache import Cache
 from autotune.space import DeviceLimits, feasible_configs
-from autotune.tuner import tune
+from autotune.tuner import TuneRequest, tune
 
 STUDIES = Path(__file__).parent.parent / "studies/h200"
 SEEDS = range(5)
 
 
 def best_within(table: dict, trials: int, seed: int, sampler: str = "climb") -> float:
-    result = tune(4096, 4096, 4096, trials=trials, families=["vector"], sampler=sampler, seed=seed,
-                  show_progress=False, measurer=Replay(table, default=0.0))
+    result = tune(TuneRequest(4096, 4096, 4096, trials=trials, families=["vector"], sampler=sampler, seed=seed, jobs=1),
+                  Replay(table, default=0.0), show_progress=False)
     return result.row["gflops"]
 
 
@@ -67,8 +68,8 @@ def test_the_full_sweep_timed_every_feasible_config():
 @pytest.mark.parametrize("seed", SEEDS)
 def test_tune_reaches_97_percent_of_the_full_sweep_best_within_40_trials(seed, tmp_path, monkeypatch):
     monkeypatch.setenv("MMTUNE_CACHE", str(tmp_path / f"{seed}" / "cache.db"))
-    result = tune(4096, 4096, 4096, trials=40, families=["vector"], seed=seed, show_progress=False,
-                  measurer=Replay(FULL, default=0.0))
+    result = tune(TuneRequest(4096, 4096, 4096, trials=40, families=["vector"], seed=seed, jobs=1),
+                  Replay(FULL, default=0.0), show_progress=False)
     assert result.trials == 40
     assert result.row["gflops"] >= 0.97 * max(FULL.values())
 
@@ -89,8 +90,9 @@ BEST = max(TABLE.values())
 def swept_space(monkeypatch):
     """The vector family's space as it was when the sweep ran."""
     pinned = {name: [value] for name, value in AS_SWEPT.items()}
-    monkeypatch.setattr(kernels.vector, "SPACE", {**kernels.vector.SPACE, **pinned, "stages": [1, 2]})
-    monkeypatch.setattr(kernels.vector, "DEFAULT", {**SWEPT_DEFAULT, **AS_SWEPT})
+    vector = kernels.family("vector")
+    monkeypatch.setitem(kernels.FAMILIES, "vector", dataclasses.replace(
+        vector, space={**vector.space, **pinned, "stages": [1, 2]}, default={**SWEPT_DEFAULT, **AS_SWEPT}))
     monkeypatch.setattr(kernels.tiles, "MAX_ELEMENTS_PER_THREAD", 64)
 
 

@@ -11,10 +11,11 @@ from autotune.space import (
     suggest,
     trial_params,
 )
+from kernels.base import Config
 from kernels.resources import parse_report
 
 LIMITS = DeviceLimits()
-REG = dict(kernels.register.DEFAULT)
+REG = dict(kernels.family("register").default)
 
 
 @pytest.mark.parametrize("dtype", list(kernels.DTYPES))
@@ -44,7 +45,7 @@ def test_infeasible_configs_say_why(family, change, dtype, reason):
 
 
 def test_two_blocks_per_sm_must_fit_its_threads_and_registers():
-    vector = {**kernels.vector.DEFAULT, "min_blocks": 2}
+    vector = {**kernels.family("vector").default, "min_blocks": 2}
     assert infeasibility("vector", vector, "float32", LIMITS) is None  # 2 x 256 threads, ~128 registers each
     assert "2 blocks of 256 threads > 384 threads per SM" in infeasibility(
         "vector", vector, "float32", DeviceLimits(max_threads_per_sm=384))
@@ -80,14 +81,14 @@ def test_sample_configs_are_distinct_feasible_and_start_with_the_default():
 def test_suggest_reads_back_an_enqueued_config():
     study = optuna.create_study(direction="maximize")
     config = {**REG, "bk": 16, "mapping": "contiguous"}
-    study.enqueue_trial(trial_params("register", config))
+    study.enqueue_trial(trial_params(Config.of("register", config)))
     trial = study.ask()
-    assert suggest(trial, ["naive", "register"], "float32") == ("register", config)
+    assert suggest(trial, ["naive", "register"], "float32") == Config.of("register", config)
 
 
 def test_suggest_draws_from_the_families_given():
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
-    families = {suggest(study.ask(), ["shared"], "float32")[0] for _ in range(5)}
+    families = {suggest(study.ask(), ["shared"], "float32").family for _ in range(5)}
     assert families == {"shared"}
 
 

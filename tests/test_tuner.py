@@ -1,3 +1,4 @@
+import dataclasses
 import importlib.util
 
 import optuna
@@ -7,16 +8,19 @@ from replay import Replay, config_key
 import kernels
 from autotune.cache import Cache
 from autotune.space import FAMILY_NAMES
-from autotune.tuner import FINALISTS, FIRST_GUESSES, TuneError, study_name, tune
+from autotune.finalists import FINALISTS
+from autotune.study import study_name
+from autotune.tuner import TuneError, TuneRequest, tune
 
 SHAPE = (96, 80, 64)
-REG = kernels.register.DEFAULT
+REG = kernels.family("register").default
 FAST = {**REG, "bm": 32, "bn": 32, "tm": 2, "tn": 2}
 
 
 def run(replay, trials=8, **options):
     options.setdefault("families", ["register"])
-    return tune(*SHAPE, trials=trials, show_progress=False, measurer=replay, **options)
+    options.setdefault("jobs", 1)
+    return tune(TuneRequest(*SHAPE, trials=trials, **options), replay, show_progress=False)
 
 
 def load(result):
@@ -91,7 +95,8 @@ def test_resuming_with_other_families_is_refused_before_any_trial():
 
 def test_resuming_after_a_family_gained_a_parameter_is_refused(monkeypatch):
     run(Replay(), trials=3)
-    monkeypatch.setattr(kernels.register, "SPACE", {**kernels.register.SPACE, "swizzle": [False, True]})
+    register = kernels.family("register")
+    monkeypatch.setitem(kernels.FAMILIES, "register", dataclasses.replace(register, space={**register.space, "swizzle": [False, True]}))
     with pytest.raises(TuneError, match="kernels of an older mmtune"):
         run(Replay(), trials=6)
 
@@ -121,7 +126,7 @@ def test_warm_start_enqueues_the_nearest_tuned_configs():
 def test_a_cold_study_tries_the_families_defaults_best_guess_first():
     replay = Replay()
     run(replay, trials=5, families=list(FAMILY_NAMES))
-    assert replay.calls[:5] == [config_key(f, kernels.family(f).DEFAULT) for f in FIRST_GUESSES]
+    assert replay.calls[:5] == [config_key(f, kernels.family(f).default) for f in ["vector", "splitk", "register", "shared", "naive"]]
 
 
 @pytest.mark.parametrize("sampler", ["climb", "random", "grid", "tpe"])
@@ -158,15 +163,15 @@ def test_gp_without_torch_says_so():
     ],
 )
 def test_bad_requests_are_refused(options, message):
-    args = dict(m=4, n=4, k=4, show_progress=False, measurer=Replay())
+    args = dict(m=4, n=4, k=4)
     args.update(options)
     with pytest.raises(TuneError, match=message):
-        tune(**args)
+        tune(TuneRequest(**args), Replay(), show_progress=False)
 
 
 def test_a_real_simulated_tune():
     """No replay: kernels are built, verified and timed in the simulator."""
-    result = tune(5, 7, 3, "float64", trials=2, families=["shared"], show_progress=False)
+    result = tune(TuneRequest(5, 7, 3, "float64", trials=2, families=["shared"], jobs=1), show_progress=False)
     assert result.trials == 2 and result.row["family"] == "shared" and result.written
     study = load(result)
     assert all(t.user_attrs["verify_error"] < 1e-12 for t in study.trials)

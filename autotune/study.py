@@ -1,0 +1,117 @@
+"""The Optuna study of one (device, dtype, shape): created or resumed, checked, warm-started.
+
+A study is resumed only over the space it was searched with; trials whose process died are failed;
+a new study is queued the bests of the nearest tuned shapes and then each family's default.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import optuna
+from optuna.trial import TrialState
+
+import kernels
+from autotune.cache import Cache, nearest_rows
+from autotune.measure import exclusive
+from autotune.records import shipped_rows
+from autotune.space import default_config, distributions, infeasibility, trial_params
+from kernels.base import Config
+
+WARM_START_SHAPES = 3
+MEASURED = (TrialState.COMPLETE, TrialState.FAIL)
+OWNER = f"{socket.gethostname()}:{os.getpid()}"  # who runs a trial: to tell abandoned ones
+
+
+class SpaceMismatch(ValueError):
+    """The study was searched over another space than the one asked for."""
+
+
+def study_name(device: str, dtype: str, m: int, n: int, k: int) -> str:
+    return f"mmtune:{device}:{dtype}:{m}x{n}x{k}"
+
+
+def open_study(storage, spec: str, name: str, sampler, cache: Cache, device: str, dtype: str, shape, families,
+               limits) -> optuna.Study:
+    """Create or resume the study; a new one is warm-started. Tuners started together on one
+    shape take turns here (a file lock beside the cache): Optuna's enqueue_trial may queue a
+    config twice when processes call it at the same time."""
+    with exclusive(str(cache.path.parent / "study-setup.lock")):
+        study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="maximize",
+                                    load_if_exists=True)
+        check_space(study, families, spec)
+        fail_abandoned_trials(study, optuna.storages.get_storage(storage))
+        if not study.trials:
+            study.set_user_attr("shape", list(shape))
+            study.set_user_attr("dtype", dtype)
+            for config in warm_start(cache, device, dtype, shape, families, limits):
+                study.enqueue_trial(trial_params(config), skip_if_exists=True)
+    return study
+
+
+def check_space(study: optuna.Study, families: list[str], spec: str) -> None:
+    """Refuse to resume a study searched over another space: Optuna cannot mix them. A trial that
+    another worker is running may hold only the parameters suggested so far."""
+    expected = distributions(families)
+    for trial in study.get_trials(deepcopy=False):
+        family = trial.params.get("family")
+        if family is None:  # waiting in the queue, or failed before its first suggestion
+            continue
+        wanted = {"family"} | {name for name in expected if name.startswith(f"{family}.")}
+        names = set(trial.distributions)
+        complete = names <= wanted if trial.state == TrialState.RUNNING else names == wanted
+        if not complete or any(expected.get(n) != d for n, d in trial.distributions.items()):
+            raise SpaceMismatch(
+                f"study {study.study_name!r} in {spec} was searched over another space (other --family "
+                f"options or their order, or the kernels of an older mmtune); resume it with the same "
+                f"families, or start afresh with --storage PATH"
+            )
+
+
+def measured_trials(study: optuna.Study) -> list:
+    """Trials that ran a config for the first time (complete or failed): what --trials counts."""
+    return [
+        t for t in study.get_trials(deepcopy=False, states=MEASURED)
+        if "repeat_of" not in t.user_attrs and "abandoned" not in t.user_attrs
+    ]
+
+
+def fail_abandoned_trials(study: optuna.Study, storage) -> int:
+    """Mark FAIL the RUNNING trials whose process on this host has ended (killed, say): journal
+    storage has no heartbeat to do it. Returns how many."""
+    host = socket.gethostname()
+    abandoned = 0
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        owner_host, _, pid = trial.user_attrs.get("owner", "").rpartition(":")
+        if owner_host == host and pid.isdigit() and not _alive(int(pid)):
+            storage.set_trial_user_attr(trial._trial_id, "abandoned", f"process {pid} ended during the trial")
+            storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+            abandoned += 1
+    return abandoned
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def warm_start(cache: Cache, device: str, dtype: str, shape, families: list[str], limits) -> list[Config]:
+    """The bests of the nearest tuned shapes (cached, then shipped), then the default config of
+    each family searched, best guess first (kernels.FAMILIES order). Workers starting together
+    climb from the first queued config (autotune.samplers), so it should be the best guess."""
+    tuned = cache.nearest(device, dtype, *shape, WARM_START_SHAPES)
+    tuned += nearest_rows(shipped_rows(device, dtype), shape, WARM_START_SHAPES)
+    candidates = [Config.of(row["family"], row["params"]) for _, row in tuned]
+    candidates += [Config.of(f, default_config(f)) for f in kernels.FAMILIES if f in families]
+    chosen = []
+    for config in candidates:
+        if (config.family in families and config not in chosen
+                and infeasibility(config.family, config.params, dtype, limits) is None):
+            chosen.append(config)
+    return chosen

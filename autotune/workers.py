@@ -1,0 +1,154 @@
+"""Searching: the objective each trial runs, in this process or in worker processes that share
+the study (through its storage) and the GPU (through a file lock held while measuring)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import numpy as np
+import optuna
+from optuna.trial import TrialState
+
+import kernels
+from autotune.measure import Measurement
+from autotune.samplers import make_sampler
+from autotune.space import infeasibility, suggest
+from autotune.storage import open_storage
+from autotune.study import OWNER, measured_trials
+
+PROPOSALS_PER_TRIAL = 50  # give up if the sampler keeps proposing infeasible or measured configs
+
+#: measure(kernel, m, n, k, rng, repeat=..., lock=...) -> Measurement; by default autotune.measure.measure
+#: in an isolated child process; tests pass one that replays recorded results
+Measurer = Callable[..., Measurement]
+
+
+class TrialFailed(Exception):
+    """A config that compiled, launched or verified badly: a failed trial, not a failed study."""
+
+
+class WorkersDied(RuntimeError):
+    """Worker processes ended with an error; the study keeps what they measured."""
+
+
+@dataclass(frozen=True)
+class Search:
+    """What a search process needs to rebuild the objective (picklable, for worker processes)."""
+
+    shape: tuple[int, int, int]
+    dtype: str
+    families: list[str]
+    seed: int | None
+    limits: object  # DeviceLimits
+    measurer: Measurer
+    lock: str | None  # a file to lock while measuring, when several processes share the GPU
+
+    def objective(self, study: optuna.Study):
+        def objective(trial: optuna.Trial) -> float:
+            trial.set_user_attr("owner", OWNER)
+            if "CUDA_VISIBLE_DEVICES" in os.environ:
+                trial.set_user_attr("gpu", os.environ["CUDA_VISIBLE_DEVICES"])
+            config = suggest(trial, self.families, self.dtype)
+            reason = infeasibility(config.family, config.params, self.dtype, self.limits)
+            if reason:
+                trial.set_user_attr("infeasible", reason)
+                raise optuna.TrialPruned(reason)
+            earlier = _same_params(study, trial)
+            if earlier is not None:  # samplers re-propose: answer from the record, don't re-measure
+                trial.set_user_attr("repeat_of", earlier.number)
+                if earlier.state == TrialState.FAIL:
+                    raise TrialFailed(earlier.user_attrs.get("error", "failed before"))
+                return earlier.value
+            rng = np.random.default_rng([self.seed or 0, trial.number])
+            kernel = kernels.build(config.family, config.params, self.dtype)
+            return _measure_trial(trial, self.measurer, kernel, self.shape, rng, self.lock)
+
+        return objective
+
+    def run(self, study: optuna.Study, goal: int, timeout: float | None, callbacks=()) -> None:
+        study.optimize(
+            self.objective(study),
+            n_trials=max(goal - len(measured_trials(study)), 1) * PROPOSALS_PER_TRIAL,
+            timeout=timeout,
+            catch=(TrialFailed,),
+            callbacks=[*callbacks, _StopAt(goal)],
+        )
+
+
+def _work(search: Search, name: str, spec: str, sampler: str, seed: int | None, goal: int, timeout,
+          gpu: int | None = None) -> None:
+    """A worker process: its own CUDA context (on `gpu`, if given), the shared study."""
+    if gpu is not None:  # before CUDA is initialized in this process (and its measuring child)
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    chosen = make_sampler(sampler, seed, search.dtype, search.limits)
+    study = optuna.load_study(study_name=name, storage=open_storage(spec), sampler=chosen)
+    try:
+        search.run(study, goal, timeout)
+    finally:
+        close_measurer(search.measurer)
+
+
+def close_measurer(measurer) -> None:
+    """Stop the measuring child process of an isolated measurer."""
+    close = getattr(measurer, "close", None)
+    if close is not None:
+        close()
+
+
+def run_workers(search: Search, placement: list, lock_dir, name: str, spec: str, sampler: str, seed: int | None,
+                goal: int, timeout, study: optuna.Study, progress) -> None:
+    """One worker process per entry of `placement` (a GPU index, or None for the current GPU)."""
+    context = multiprocessing.get_context("spawn")  # a CUDA context must not be forked
+    workers = []
+    for i, gpu in enumerate(placement):
+        lock = str(lock_dir / ("measure.lock" if gpu is None else f"measure-gpu{gpu}.lock"))
+        args = (replace(search, lock=lock), name, spec, sampler, None if seed is None else seed + i, goal, timeout, gpu)
+        workers.append(context.Process(target=_work, args=args))
+    for worker in workers:
+        worker.start()
+    while any(worker.is_alive() for worker in workers):
+        time.sleep(0.5)
+        progress.show(study)
+    progress.show(study)
+    crashed = [w.exitcode for w in workers if w.exitcode]
+    if crashed:
+        raise WorkersDied(f"{len(crashed)} worker process(es) died (exit codes {crashed}); the study keeps their trials")
+
+
+def _measure_trial(trial, measurer, kernel, shape, rng, lock=None) -> float:
+    try:
+        result = measurer(kernel, *shape, rng, lock=lock)
+    except Exception as error:  # compile or launch failure: this config's verdict
+        trial.set_user_attr("error", f"{type(error).__name__}: {error}"[:1000])
+        raise TrialFailed(str(error)) from error
+    trial.set_user_attr("compile_s", round(result.compile_s, 3))
+    trial.set_user_attr("verify_error", result.verification.error)
+    if not result.verification.ok:
+        trial.set_user_attr("error", f"wrong result: {result.verification.describe()}")
+        raise TrialFailed(result.verification.describe())
+    trial.set_user_attr("median_ms", result.timing.median_ms)
+    trial.set_user_attr("spread", result.timing.spread)
+    return result.gflops
+
+
+def _same_params(study: optuna.Study, trial: optuna.Trial):
+    for earlier in measured_trials(study):
+        if earlier.params == trial.params:
+            return earlier
+    return None
+
+
+class _StopAt:
+    """Stop the study once it holds `goal` measured trials."""
+
+    def __init__(self, goal: int):
+        self.goal = goal
+
+    def __call__(self, study: optuna.Study, trial) -> None:
+        if len(measured_trials(study)) >= self.goal:
+            study.stop()
