@@ -8,7 +8,7 @@ from replay import Replay, config_key
 import kernels
 from autotune.cache import Cache
 from autotune.space import FAMILY_NAMES
-from autotune.finalists import FINALISTS
+from autotune.finalists import FINAL_LAUNCHES, FINALISTS
 from autotune.study import study_name
 from autotune.tuner import TuneError, TuneRequest, tune
 
@@ -225,3 +225,60 @@ def test_one_worker_per_gpu_on_one_study():
 def test_gpus_must_be_distinct_indices():
     with pytest.raises(TuneError, match="--gpus needs distinct GPU indices, got \\[0, 0\\]"):
         run(Replay(), gpus=[0, 0])
+
+
+class KilledWhileRetiming(Replay):
+    """Dies (as if killed) at the given re-timing, a call with repeat=FINAL_LAUNCHES."""
+
+    def __init__(self, die_at: int, **options):
+        super().__init__(**options)
+        self.retimings, self.die_at = 0, die_at
+
+    def __call__(self, kernel, m, n, k, rng, warmup=3, repeat=20, lock=None):
+        if repeat == FINAL_LAUNCHES:
+            self.retimings += 1
+            if self.retimings == self.die_at:
+                raise KeyboardInterrupt
+        return super().__call__(kernel, m, n, k, rng, warmup, repeat, lock)
+
+
+def test_a_rerun_after_a_kill_while_retiming_finishes_the_retiming_without_searching():
+    table = {config_key("register", REG): 500.0}
+    with pytest.raises(KeyboardInterrupt):
+        run(KilledWhileRetiming(2, table=table, default=10.0), trials=6)
+    assert Cache().get("simulator", "float32", *SHAPE) is None
+    rerun = Replay(table, default=10.0)
+    result = run(rerun, trials=6)
+    assert result.new_trials == 0 and result.written
+    assert len(rerun.calls) == FINALISTS - 1  # the first finalist's result was kept
+    assert Cache().get("simulator", "float32", *SHAPE)["params"] == REG
+    again = Replay(table)
+    run(again, trials=6)
+    assert again.calls == []  # every finalist was re-timed on today's code
+
+
+def test_jobs_default_to_the_usable_cores_capped():
+    import os
+
+    from autotune.tuner import MAX_DEFAULT_JOBS, default_jobs
+
+    assert TuneRequest(1, 1, 1).jobs == default_jobs() == min(len(os.sched_getaffinity(0)), MAX_DEFAULT_JOBS)
+
+
+def test_the_eta_counts_the_trials_and_finalists_left():
+    from autotune.progress import Progress
+
+    progress = Progress(False, done=0, total=10, timeout=None, finalists=3)
+    assert progress.eta(0) == "ETA -"
+    progress.started -= 10.0  # 10 s for the first 5 trials: 2 s each, 5 trials and 3 finalists left
+    assert progress.eta(5) == "ETA 16 s"
+
+
+def test_every_family_module_is_in_the_registry_in_first_guess_order():
+    import pkgutil
+
+    modules = {info.name for info in pkgutil.iter_modules(kernels.__path__)}
+    families = [entry for entry in kernels.FAMILIES.values()]
+    assert {entry.build.__module__.rsplit(".", 1)[1] for entry in families} <= modules
+    assert [e.first_guess for e in families] == sorted(e.first_guess for e in families)
+    assert list(kernels.FAMILIES) == [e.name for e in families] == ["vector", "splitk", "register", "shared", "naive"]

@@ -1,0 +1,145 @@
+"""Which row `lookup` serves: exact shapes before nearest ones, then by how closely the GPU a row
+was measured on matches this one, stale rows last. The simulator pretends to be a GPU here
+(MMTUNE_PRETEND_GPU), so rows of real GPU models can be served to it."""
+
+import sqlite3
+
+import pytest
+
+import autotune
+import autotune.records
+import kernels
+from autotune import runtime
+from autotune.cache import Cache
+from typer.testing import CliRunner
+
+H100 = "NVIDIA H100 80GB HBM3"
+H200 = "NVIDIA H200"
+SHARED = {"tpb": 8, "pad": 0}
+
+
+@pytest.fixture(autouse=True)
+def pretend_h100(monkeypatch):
+    monkeypatch.setenv("MMTUNE_PRETEND_GPU", f"{H100};9.0;132")
+    runtime.clear()
+
+
+def row(device=H200, cc="9.0", sm_count=132, shape=(256, 256, 256), gflops=100.0, pad=0, fresh=True):
+    m, n, k = shape
+    return dict(device=device, cc=cc, sm_count=sm_count, dtype="float32", m=m, n=n, k=k, family="shared",
+                params={"tpb": 8, "pad": pad}, gflops=gflops,
+                source_hash=kernels.source_hash("shared") if fresh else "older code")
+
+
+def ship(monkeypatch, *rows):
+    monkeypatch.setattr(autotune.records, "shipped_rows", lambda device=None, dtype=None: [
+        r for r in rows if device in (None, r["device"]) and dtype in (None, r["dtype"])])
+    runtime.clear()
+
+
+def cache(*rows):
+    for r in rows:
+        Cache().record(r)
+    runtime.clear()
+
+
+def served(shape=(256, 256, 256)):
+    choice = autotune.lookup(*shape)
+    return choice.measured_on, choice.config["pad"], choice.source, choice.origin
+
+
+def test_an_exact_shipped_record_beats_a_nearer_faster_cached_row(monkeypatch):
+    ship(monkeypatch, row(H100, pad=1))
+    cache(row(H100, shape=(512, 256, 256), gflops=1e6, pad=2))
+    assert served() == (H100, 1, "exact", "shipped")
+    assert served((500, 256, 256))[1:3] == (2, "nearest")
+
+
+def test_gpus_rank_this_model_then_same_cc_and_sms_then_same_cc(monkeypatch):
+    this = row(H100, pad=1, gflops=1.0)
+    twin = row(H200, pad=2, gflops=50.0)
+    cousin = row("NVIDIA H800 PCIe", sm_count=114, pad=0, gflops=500.0)
+    other_arch = row("NVIDIA A100", cc="8.0", sm_count=108, gflops=1e6)
+    ship(monkeypatch, this, twin, cousin, other_arch)
+    assert served() == (H100, 1, "exact", "shipped")
+    ship(monkeypatch, twin, cousin, other_arch)
+    assert served() == (H200, 2, "exact", "shipped")
+    assert autotune.lookup(256, 256, 256).gpu_match == "same compute capability and SM count"
+    ship(monkeypatch, cousin, other_arch)
+    assert served() == ("NVIDIA H800 PCIe", 0, "exact", "shipped")
+    ship(monkeypatch, other_arch)
+    assert autotune.lookup(256, 256, 256).source == "default"  # another architecture is never served
+
+
+def test_among_nearest_rows_the_gpu_match_comes_before_the_distance(monkeypatch):
+    ship(monkeypatch, row(H200, shape=(256, 256, 300), pad=1), row(H100, shape=(1024, 256, 256), pad=2))
+    assert served() == (H100, 2, "nearest", "shipped")
+
+
+def test_a_cached_row_of_this_gpu_beats_a_shipped_twin_at_the_same_shape(monkeypatch):
+    ship(monkeypatch, row(H200, pad=1, gflops=1e6))
+    cache(row(H100, pad=2, gflops=1.0))
+    assert served() == (H100, 2, "exact", "cache")
+
+
+def test_stale_rows_only_when_nothing_fresh_fits_with_a_warning(monkeypatch):
+    ship(monkeypatch, row(H100, pad=1, fresh=False), row(H100, shape=(512, 256, 256), pad=2))
+    assert served() == (H100, 2, "nearest", "shipped")
+    ship(monkeypatch, row(H100, pad=1, fresh=False))
+    with pytest.warns(UserWarning, match="measured on older kernel code"):
+        choice = autotune.lookup(256, 256, 256)
+    assert (choice.config["pad"], choice.stale) == (1, True)
+
+
+def test_lookup_cli_says_which_gpu_the_row_came_from(monkeypatch):
+    ship(monkeypatch, row(H200, pad=1))
+    from autotune.cli import app
+
+    result = CliRunner().invoke(app, ["lookup", "--m", "256", "--n", "256", "--k", "256"])
+    assert result.exit_code == 0, result.output
+    assert f"on {H200} (same compute capability and SM count; shipped row)" in result.stdout
+
+
+def test_a_fresh_row_replaces_a_stale_one_even_if_slower():
+    hashes = kernels.source_hashes()
+    cache(row(H100, gflops=500.0, fresh=False))
+    assert not Cache().record(row(H100, gflops=100.0, pad=1))  # without today's hashes: the faster stays
+    assert Cache().record(row(H100, gflops=100.0, pad=1), hashes)
+    assert Cache().get(H100, "float32", 256, 256, 256)["params"] == {"tpb": 8, "pad": 1}
+    assert not Cache().record(row(H100, gflops=50.0, pad=2), hashes)  # both current: the faster stays
+
+
+def test_an_older_cache_gains_the_sm_count_column_in_place(isolated_cache):
+    isolated_cache.parent.mkdir(parents=True, exist_ok=True)
+    old = sqlite3.connect(isolated_cache)
+    old.execute("CREATE TABLE best (device TEXT, dtype TEXT, m INTEGER, n INTEGER, k INTEGER, family TEXT, params TEXT, "
+                "gflops FLOAT, PRIMARY KEY (device, dtype, m, n, k))")
+    old.execute("INSERT INTO best VALUES ('GPU', 'float32', 8, 8, 8, 'shared', '{\"tpb\": 8, \"pad\": 0}', 1.0)")
+    old.commit()
+    old.close()
+    rows = Cache().rows()
+    assert [(r["device"], r["params"], r["sm_count"]) for r in rows] == [("GPU", SHARED, None)]
+
+
+def test_the_pretended_gpu_must_be_well_formed(monkeypatch):
+    monkeypatch.setenv("MMTUNE_PRETEND_GPU", "H100")
+    runtime.clear()
+    with pytest.raises(ValueError, match="MMTUNE_PRETEND_GPU must be 'NAME;CC;SMS'"):
+        autotune.lookup(8, 8, 8)
+
+
+def test_stale_rows_of_this_gpu_are_retimed_into_the_cache(monkeypatch):
+    from replay import Replay, config_key
+
+    from autotune.retime import retime_stale
+
+    shipped_stale = row(H100, shape=(64, 64, 64), pad=1, fresh=False)
+    ship(monkeypatch, shipped_stale, row(H100, shape=(32, 32, 32)), row(H200, shape=(16, 16, 16), fresh=False))
+    cache(row(H100, pad=2, fresh=False), row(H100, shape=(8, 8, 8), pad=0, fresh=False))
+    replay = Replay({config_key("shared", {"tpb": 8, "pad": 2}): 7.0}, default=3.0)
+    done = retime_stale(measurer=replay, dtype="float32")
+    assert sorted((r.old["m"], r.new["gflops"]) for r in done) == [(8, 3.0), (64, 3.0), (256, 7.0)]
+    rows = {r["m"]: r for r in Cache().rows(H100)}
+    assert set(rows) == {8, 64, 256} and not any(autotune.cache.stale(r, kernels.source_hashes()) for r in rows.values())
+    assert rows[256]["gflops"] == 7.0 and rows[256]["sm_count"] == 132
+    assert retime_stale(measurer=Replay(), dtype="float32") == []  # nothing stale is left for this GPU
