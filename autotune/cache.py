@@ -28,8 +28,6 @@ COLUMNS = {
 }
 REQUIRED = ("device", "dtype", "m", "n", "k", "family", "params", "gflops")
 BUSY_TIMEOUT_MS = 30_000
-#: records committed with the project (the export format: a JSON list of cache rows), one file per GPU
-SHIPPED_DIR = Path(__file__).resolve().parent.parent / "studies"
 
 
 class CacheError(Exception):
@@ -209,14 +207,6 @@ def set_aside(path: Path) -> Path | None:
         if source.exists():
             source.rename(target.with_name(target.name + suffix))
     return target
-
-
-def shipped_rows(device: str, dtype: str, directory: Path | None = None) -> list[dict]:
-    """Records in studies/*/records.json for this device and dtype."""
-    rows = []
-    for path in sorted((directory or SHIPPED_DIR).glob("*/records.json")):
-        rows += [decode(r) for r in json.loads(path.read_text()) if r["device"] == device and r["dtype"] == dtype]
-    return rows
 
 
 def nearest_rows(rows: list[dict], shape: tuple[int, int, int], count: int = 1) -> list[tuple[float, dict]]:

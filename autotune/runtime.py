@@ -4,7 +4,7 @@ Where a config comes from, in order:
   exact    the cache holds this (device, dtype, M, N, K)
   nearest  the cache's tuned shape on this device and dtype closest by autotune.cache.shape_distance
            (log2 scale; doubling one dimension = 1), if within NEAREST_MAX_DISTANCE
-  shipped  the same two steps over the records committed in studies/*/records.json for this GPU
+  shipped  the same two steps over the records shipped in autotune/data/records/ for this GPU
   default  the register family's DEFAULT config
 Lookups and built kernels are memoized per process; call `clear()` after tuning in-process.
 """
@@ -21,7 +21,8 @@ import numpy as np
 from numba import cuda
 
 import kernels
-from autotune.cache import Cache, CacheError, nearest_rows, shipped_rows
+from autotune.cache import Cache, CacheError, nearest_rows
+from autotune.records import shipped_rows
 from autotune.measure import device_info
 from autotune.space import DEFAULT_FAMILY, DeviceLimits, default_config, infeasibility
 from kernels import DTYPES, Kernel, OperandError, check_operands
@@ -54,7 +55,7 @@ class _Plan:
 _choices: dict[tuple, Choice] = {}
 _kernels: dict[tuple, Kernel] = {}
 _plans: dict[tuple, _Plan] = {}
-_shipped: dict[tuple, list[dict]] = {}  # studies/*/records.json rows per (device, dtype), read once
+_shipped: dict[tuple, list[dict]] = {}  # shipped records per (device, dtype), read once
 
 
 def clear() -> None:

@@ -22,7 +22,8 @@ import optuna
 from optuna.trial import TrialState
 
 import kernels
-from autotune.cache import Cache, nearest_rows, shipped_rows
+from autotune.cache import Cache, nearest_rows
+from autotune.records import shipped_rows
 from autotune.isolation import Isolated
 from autotune.measure import Measurement, device_info, exclusive, measure, versions
 from autotune.samplers import SamplerError, make_sampler
@@ -40,7 +41,7 @@ from autotune.space import (
 
 WARM_START_SHAPES = 3
 #: the order the families' defaults are tried in: every shape tuned on the H200 so far was won by
-#: vector or splitk (studies/h200/records.json), never by register, shared or naive
+#: vector or splitk (autotune/data/records/nvidia-h200.json), never by register, shared or naive
 FIRST_GUESSES = ("vector", "splitk", "register", "shared", "naive")
 FINALISTS = 3
 FINAL_LAUNCHES = 50

@@ -11,7 +11,7 @@ from test_kernels import PROPERTY_CONFIGS
 import kernels
 
 import autotune
-import autotune.cache
+import autotune.records
 from autotune import runtime
 from autotune.cache import Cache
 from autotune.measure import error_bound, random_inputs, reference, relative_error
@@ -53,10 +53,10 @@ def test_lookup_is_memoized_until_cleared():
 
 
 def test_shipped_records_are_the_fallback(tmp_path, monkeypatch):
-    (tmp_path / "somegpu").mkdir()
+    (tmp_path / "records").mkdir()
     record = dict(device=DEVICE, dtype="float32", m=64, n=64, k=64, family="shared", params={"tpb": 8, "pad": 0}, gflops=9.0)
-    (tmp_path / "somegpu" / "records.json").write_text(json.dumps([record, {**record, "device": "Another GPU"}]))
-    monkeypatch.setattr(autotune.cache, "SHIPPED_DIR", tmp_path)
+    (tmp_path / "records" / "somegpu.json").write_text(json.dumps([record, {**record, "device": "Another GPU"}]))
+    monkeypatch.setattr(autotune.records, "DATA", tmp_path)
     choice = autotune.lookup(64, 64, 32)
     assert (choice.source, choice.family, choice.gflops) == ("shipped", "shared", 9.0)
     tuned(64, 64, 32)
