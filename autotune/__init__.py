@@ -6,7 +6,49 @@ Importing the package loads nothing heavy: numba is imported on first use of `ma
 so NUMBA_ENABLE_CUDASIM (or `mmtune --simulate`) can still be set before that.
 """
 
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
 __all__ = ["matmul", "lookup"]
+KERNELS_MARK = "\n__mmtune__ = True"  # a line of mmtune's kernels/__init__.py
+
+
+def _check_kernels() -> None:
+    """mmtune's kernel families are the top-level package `kernels`, a name the PyPI distribution
+    `kernels` installs too: refuse at once to run on another package of that name."""
+    try:
+        spec = importlib.util.find_spec("kernels")
+        origin = spec.origin if spec else None
+    except ValueError:  # imported already, without a spec
+        origin = None
+    try:
+        ours = origin is not None and KERNELS_MARK in Path(origin).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        ours = False
+    if ours:
+        return
+    beside = Path(__file__).resolve().parent.parent / "kernels" / "__init__.py"
+    found = origin or (f"a namespace package at {', '.join(spec.submodule_search_locations)}" if spec else "nothing")
+    expected = f"mmtune's is at {beside}" if beside.is_file() and str(beside) != origin else "mmtune's is missing or overwritten"
+    raise ImportError(
+        f"mmtune needs its own top-level package `kernels`, but `import kernels` finds {found}{_distribution()}; "
+        f"{expected}. Uninstall the other (`pip uninstall kernels`) and reinstall mmtune, or use separate virtual environments"
+    )
+
+
+def _distribution() -> str:
+    """Which installed distribution other than mmtune provides `kernels`, if one says so."""
+    from importlib import metadata
+
+    try:
+        return f" (the PyPI distribution `kernels` {metadata.version('kernels')} installs a package of that name)"
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+_check_kernels()
 
 
 def __getattr__(name: str):

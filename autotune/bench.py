@@ -15,17 +15,16 @@ from pathlib import Path
 import numpy as np
 
 import kernels
-from autotune.records import SHIPPED_DIR
 from autotune.measure import cublas_matmul, device_info, random_inputs, time_launches, verify, versions
+from autotune.records import suites as shipped_suites
 from autotune.runtime import kernel_for, lookup
 
-SUITES_FILE = SHIPPED_DIR / "suites.json"
 SEEDS = {"naive": ("naive", {"block_x": 16, "block_y": 16}), "shared": ("shared", {"tpb": 16, "pad": 0})}
 
 
 def parse_shapes(spec: str) -> list[tuple[int, int, int]]:
-    """A suite name from studies/suites.json, or shapes like 1024x1024x1024,4096x512x64."""
-    suites = json.loads(SUITES_FILE.read_text())
+    """A suite name (autotune/data/suites.json), or shapes like 1024x1024x1024,4096x512x64."""
+    suites = shipped_suites()
     names = suites.get(spec, spec.split(","))
     shapes = []
     for name in names:

@@ -171,7 +171,7 @@ def lookup(
 
 @app.command()
 def bench(
-    shapes: str = typer.Option("standard", help="A suite of studies/suites.json, or shapes like 1024x1024x1024,4096x512x64."),
+    shapes: str = typer.Option("standard", help="A suite (standard, squares, quick; autotune/data/suites.json), or shapes like 1024x1024x1024,4096x512x64."),
     dtype: str = typer.Option("float32", help=DTYPE_HELP),
     out: Optional[Path] = typer.Option(None, help="Directory for bench.json and bench.png."),
     seeds: bool = typer.Option(True, help="Also time the seed kernels (naive, shared TPB=16)."),
@@ -275,7 +275,7 @@ def export_records(
     device: Optional[str] = typer.Option(None, help="Only rows of this device (as `mmtune best` names it)."),
     dtype: Optional[str] = typer.Option(None, help=DTYPE_HELP),
 ):
-    """Write cached rows as JSON: the format `mmtune import` reads and studies/*/records.json ship."""
+    """Write cached rows as JSON: the format `mmtune import` and `mmtune promote --from` read."""
     try:
         from autotune.cache import Cache, CacheError
 
@@ -290,7 +290,7 @@ def export_records(
 
 @app.command("import")
 def import_records(
-    path: Path = typer.Argument(..., help="A JSON file written by `mmtune export` (or a studies/*/records.json)."),
+    path: Path = typer.Argument(..., help="A JSON file written by `mmtune export` (or a shipped autotune/data/records/*.json)."),
 ):
     """Merge rows from a JSON file into the cache, keeping the faster row per key."""
     try:
@@ -301,6 +301,28 @@ def import_records(
     except (CacheError, RecordsError) as error:
         _fail(error)
     typer.echo(f"imported {len(rows)} rows from {path}: {written} written, {len(rows) - written} kept (the cache's were faster)")
+
+
+@app.command()
+def promote(
+    source: Optional[Path] = typer.Option(None, "--from", help="Promote the rows of this export file (`mmtune export`) instead of the cache's."),
+    device: Optional[str] = typer.Option(None, help="Only rows of this GPU model (as `mmtune best` names it); default every GPU but the simulator."),
+    dtype: Optional[str] = typer.Option(None, help=DTYPE_HELP),
+    m: Optional[int] = typer.Option(None, "--m", help="Only this shape (with --n and --k)."),
+    n: Optional[int] = typer.Option(None, "--n", help="See --m."),
+    k: Optional[int] = typer.Option(None, "--k", help="See --m."),
+    out: Optional[Path] = typer.Option(None, help="Merge into this file instead of the package's records (needed outside a source checkout)."),
+):
+    """Merge tuned rows into the shipped records, autotune/data/records/<gpu>.json of this checkout, keeping the faster row per shape."""
+    try:
+        from autotune.cache import CacheError, RecordsError
+        from autotune.records import PromoteError, promote as run, select
+
+        promotions = run(select(source, device, dtype, _shape(m, n, k)), out)
+    except (UserError, CacheError, RecordsError, PromoteError) as error:
+        _fail(error)
+    for p in promotions:
+        typer.echo(f"{p.path}: {p.added} added, {p.replaced} replaced (faster), {p.kept} kept (the records' were as fast or faster); {p.total} rows")
 
 
 cache_app = typer.Typer(help="Check the cache file, or set a damaged one aside and start fresh.", no_args_is_help=True)

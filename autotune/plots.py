@@ -4,8 +4,12 @@ visualizations, headless), and the chart of a bench result."""
 from __future__ import annotations
 
 import json
+import lzma
 import re
+import shutil
+import tempfile
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import optuna
@@ -16,19 +20,20 @@ from autotune.storage import open_storage
 
 def plot_studies(spec: str, out_dir: Path, study: str | None = None) -> list[Path]:
     """PNG files of every study in the storage `spec` (or just `study`): <name>-history.png and,
-    with at least two completed trials, <name>-importance.png."""
+    with at least two completed trials, <name>-importance.png. A journal file may be xz-compressed
+    (name ending .xz), as studies/ keeps them."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from optuna.visualization import matplotlib as optuna_plots
 
-    storage = open_storage(spec)
-    names = [study] if study else optuna.get_all_study_names(storage)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    with warnings.catch_warnings():
+    with _journal(spec) as plain, warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        storage = open_storage(plain)
+        names = [study] if study else optuna.get_all_study_names(storage)
         for name in names:
             loaded = optuna.load_study(study_name=name, storage=storage)
             done = loaded.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
@@ -44,6 +49,23 @@ def plot_studies(spec: str, out_dir: Path, study: str | None = None) -> list[Pat
                 plt.close(axes.figure)
                 written.append(path)
     return written
+
+
+@contextmanager
+def _journal(spec: str):
+    """The storage spec to open: an .xz journal file decompressed into a temporary file (Optuna
+    reads journals by path), anything else as given."""
+    if "://" in spec or not spec.endswith(".xz"):
+        yield spec
+        return
+    with tempfile.TemporaryDirectory() as directory:
+        plain = Path(directory) / Path(spec).name.removesuffix(".xz")
+        try:
+            with lzma.open(spec) as packed, plain.open("wb") as unpacked:
+                shutil.copyfileobj(packed, unpacked)
+        except lzma.LZMAError as error:
+            raise ValueError(f"{spec}: {error}") from None
+        yield str(plain)
 
 
 def plot_bench(bench_json: Path, out_dir: Path) -> Path:

@@ -1,19 +1,154 @@
-"""The records mmtune ships: tuned rows per GPU model, read-only at run time."""
+"""The data mmtune ships inside the package: tuned records per GPU model and the bench suites.
+
+autotune/data/records/<gpu>.json holds a GPU model's records in the export format (a JSON list
+of cache rows, as `mmtune export` writes); autotune/data/suites.json names the bench suites. They
+are read through importlib.resources, so an installed wheel finds them just as a checkout does.
+`promote` merges tuned rows into a GPU's records file: the one command that changes them.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
-from autotune.cache import decode
+from autotune.cache import COLUMNS, KEY, Cache, RecordsError, decode, read_records, validate_records
 
-SHIPPED_DIR = Path(__file__).resolve().parent.parent / "studies"
+DATA = resources.files("autotune") / "data"
+SIMULATOR = "simulator"  # the device name of rows measured under Numba's CUDA simulator
+
+
+class PromoteError(ValueError):
+    """Rows that cannot be promoted, or a records file that cannot be written."""
+
+
+def slug(device: str) -> str:
+    """The records file name of a GPU model: 'NVIDIA H200' -> 'nvidia-h200'."""
+    return re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
 
 
 def shipped_rows(device: str | None = None, dtype: str | None = None) -> list[dict]:
-    """Shipped rows, of one device model and dtype when given."""
+    """The shipped records of `device` (all GPU models if None) and `dtype` (all if None)."""
     rows = []
-    for path in sorted(SHIPPED_DIR.glob("*/records.json")):
-        rows += [decode(r) for r in json.loads(path.read_text())
-                 if (device is None or r["device"] == device) and (dtype is None or r["dtype"] == dtype)]
+    for entry in sorted(DATA.joinpath("records").iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".json"):
+            continue
+        try:
+            found = validate_records(json.loads(entry.read_text()))
+        except (ValueError, RecordsError) as error:
+            raise RecordsError(f"shipped records {entry.name}: {error}") from None
+        rows += [decode(r) for r in found if device in (None, r["device"]) and dtype in (None, r["dtype"])]
     return rows
+
+
+def suites() -> dict[str, list[str]]:
+    """The bench suites: name -> shapes like '1024x1024x1024'."""
+    return json.loads(DATA.joinpath("suites.json").read_text())
+
+
+@dataclass(frozen=True)
+class Promotion:
+    path: Path
+    added: int  # rows of shapes the file did not hold
+    replaced: int  # rows faster than the file's row of their key
+    kept: int  # rows no faster than the file's row, which stays
+    total: int  # rows in the file now
+
+
+def select(source: Path | None = None, device: str | None = None, dtype: str | None = None, shape=None) -> list[dict]:
+    """Rows to promote: from the export file `source`, or else the cache's, filtered. Without
+    `device`, rows measured under the simulator are left out: their timings mean nothing."""
+    rows = read_records(source) if source is not None else Cache().rows()
+    rows = [decode(r) for r in rows]
+    chosen = [
+        r for r in rows
+        if (r["device"] == device if device is not None else r["device"] != SIMULATOR)
+        and dtype in (None, r["dtype"]) and (shape is None or (r["m"], r["n"], r["k"]) == tuple(shape))
+    ]
+    if not chosen:
+        where = source if source is not None else f"the cache ({Cache().path})"
+        wanted = [f"{name} {value}" for name, value in (("device", device), ("dtype", dtype)) if value is not None]
+        wanted += ["shape " + "x".join(map(str, shape))] if shape is not None else []
+        hint = "; rows of the simulator are promoted only with --device simulator" if device is None and rows else ""
+        raise PromoteError(f"no rows to promote in {where}" + (f" for {', '.join(wanted)}" if wanted else "") + hint)
+    return chosen
+
+
+def promote(rows: list[dict], out: Path | None = None) -> list[Promotion]:
+    """Merge `rows` into the records file of each row's GPU model in this source checkout (or
+    all into `out`), keeping the faster row per (device, dtype, m, n, k); each file is sorted by
+    that key and replaced atomically."""
+    validate_records(rows)
+    if out is None:
+        if any(r["device"] == SIMULATOR for r in rows):
+            raise PromoteError("rows measured under the simulator do not belong in the shipped records; give --out FILE")
+        targets: dict[Path, list[dict]] = {}
+        for row in rows:
+            targets.setdefault(_checkout_records() / f"{slug(row['device'])}.json", []).append(row)
+    else:
+        targets = {Path(out): rows}
+    return [_merge_into(path, new) for path, new in targets.items()]
+
+
+def _checkout_records() -> Path:
+    """The records directory of this source checkout; PromoteError if the package was installed
+    (a wheel in site-packages): promoted records belong in the checkout the next release is built from."""
+    records = DATA / "records"
+    if not isinstance(records, Path):
+        raise PromoteError(f"the package data at {records} is not a directory; give --out FILE")
+    root = records.parent.parent.parent
+    if not (root / "pyproject.toml").is_file():
+        raise PromoteError(f"{records} is in an installed package, not a source checkout; "
+                           "run mmtune promote from a checkout installed with `pip install -e .`, or give --out FILE")
+    if not os.access(records, os.W_OK):
+        raise PromoteError(f"{records} is not writable; give --out FILE")
+    return records
+
+
+def _merge_into(path: Path, new: list[dict]) -> Promotion:
+    try:
+        merged = {_key(r): _canonical(r) for r in (read_records(path) if path.exists() else [])}
+    except RecordsError as error:
+        raise PromoteError(str(error)) from None
+    added = replaced = kept = 0
+    for row in new:
+        old = merged.get(_key(row))
+        if old is not None and row["gflops"] <= old["gflops"]:
+            kept += 1
+            continue
+        added, replaced = added + (old is None), replaced + (old is not None)
+        merged[_key(row)] = _canonical(row)
+    rows = [merged[key] for key in sorted(merged)]
+    _write_atomically(path, json.dumps(rows, indent=2) + "\n")
+    return Promotion(path, added, replaced, kept, len(rows))
+
+
+def _key(row: dict) -> tuple:
+    return tuple(row[c] for c in KEY)
+
+
+def _canonical(row: dict) -> dict:
+    """The row with every column, in the cache's column order and with params sorted, so the
+    file's diffs show what changed and nothing else."""
+    row = decode(row)
+    return {c: dict(sorted(row["params"].items())) if c == "params" else row.get(c) for c in COLUMNS}
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as file:
+            temporary = file.name
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except OSError as error:
+        if temporary is not None and os.path.exists(temporary):
+            os.unlink(temporary)
+        raise PromoteError(f"cannot write {path}: {error}") from None

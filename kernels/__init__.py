@@ -17,8 +17,8 @@ from types import ModuleType
 from . import base, intrinsics, tiles
 from .base import DTYPES, Config, DeviceLimits, Family, Kernel, OperandError, check_operands
 
-#: marks this package as mmtune's: another distribution also installs a top-level `kernels`
-MMTUNE_KERNELS = True
+#: the mark autotune looks for in this file: PyPI's `kernels` distribution installs another top-level `kernels`
+__mmtune__ = True
 
 
 def _discover() -> dict[str, Family]:

@@ -1,22 +1,32 @@
 """On a GPU: a real illegal-address fault in an isolated measurement fails that call only; the next
 call gets a fresh process and measures normally.  python studies/fault_check.py"""
 
-import sys
-from pathlib import Path
-
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
-import faults  # noqa: E402
+import kernels
+from autotune.isolation import Isolated, MeasureFailed
+from autotune.measure import measure
 
-import kernels  # noqa: E402
-from autotune.isolation import Isolated, MeasureFailed  # noqa: E402
-from autotune.measure import measure  # noqa: E402
+
+def illegal_address_measure(kernel, m, n, k, rng, warmup=3, repeat=20, lock=None):
+    """Launch a kernel that writes far outside its array (CUDA_ERROR_ILLEGAL_ADDRESS, which
+    poisons this process's CUDA context), then synchronize."""
+    from numba import cuda
+
+    @cuda.jit
+    def scribble(out):
+        out[cuda.grid(1) * 1_000_000_007] = 1.0
+
+    out = cuda.device_array(16, dtype="float32")
+    scribble[64, 256](out)
+    cuda.synchronize()
+    raise AssertionError("the illegal write was not reported")
+
 
 def main() -> None:
     kernel = kernels.build("vector", kernels.vector.DEFAULT, "float32")
     rng = np.random.default_rng(0)
-    faulty = Isolated(faults.illegal_address_measure, timeout_s=60)
+    faulty = Isolated(illegal_address_measure, timeout_s=60)
     try:
         faulty(kernel, 1024, 1024, 1024, rng)
     except MeasureFailed as error:

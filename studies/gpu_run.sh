@@ -10,7 +10,7 @@ mkdir -p "$out"
 export MMTUNE_CACHE="${MMTUNE_CACHE:-$out/cache.db}" NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS=0 PYTHONUNBUFFERED=1
 shapes=("$@")
 if [ ${#shapes[@]} -eq 0 ]; then
-  mapfile -t shapes < <(python3 -c 'import json; print("\n".join(json.load(open("studies/suites.json"))["standard"]))')
+  mapfile -t shapes < <(python3 -c 'from autotune.records import suites; print("\n".join(suites()["standard"]))')
 fi
 for shape in "${shapes[@]}"; do
   IFS=x read -r m n k <<<"$shape"

@@ -8,7 +8,7 @@
 #   bash studies/gpu_step18.sh OUT_DIR [MxNxK ...]
 set -uo pipefail
 out=${1:?usage: gpu_step18.sh OUT_DIR [MxNxK ...]}; shift
-work=/tmp/step18 shipped=studies/h200/records.json
+work=/tmp/step18 shipped=autotune/data/records/nvidia-h200.json
 mkdir -p "$out" "$work"
 mv "$shipped" "$work/records.json.shipped"
 trap 'mv "$work/records.json.shipped" "$shipped"' EXIT

@@ -4,32 +4,34 @@ through `autotune.tuner.tune` (no GPU): the table of docs/performance.md step 17
     python studies/search_replay.py [--trials 40] [--seeds 20] [--sampler climb --sampler tpe ...]
 
 Rows: the 4096^3 sweep of today's `vector` space from the family's default and from the default
-before step 17 (scalar global fetches), and the older 806-config sweep (its space pinned as
-tests/test_search.py pins it).
+before step 17 (scalar global fetches), and the older 806-config sweep (its space as
+h200/vector_exhaustive_4096.space.json describes it, as tests/test_search.py searches it).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
 os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # the replay needs no GPU
-sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 
 import kernels  # noqa: E402
-import test_search  # noqa: E402
+from autotune.replay import best_found, config_key, median_table, read_rows  # noqa: E402
+
+H200 = Path(__file__).parent / "h200"
+SHAPE = (4096, 4096, 4096)
 
 
 def found(table: dict, sampler: str, trials: int, seeds: int) -> list[float]:
     best = max(table.values())
     runs = []
     for seed in range(seeds):
-        os.environ["MMTUNE_CACHE"] = str(Path(tempfile.mkdtemp()) / "cache.db")
-        runs.append(test_search.best_within(table, trials, seed, sampler) / best)
+        cache = Path(tempfile.mkdtemp()) / "cache.db"
+        runs.append(best_found(table, SHAPE, "vector", trials, seed, sampler, cache_path=cache) / best)
     return runs
 
 
@@ -39,13 +41,18 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--sampler", action="append", help="default: climb, tpe, random")
     args = parser.parse_args()
+    full = median_table(read_rows(H200 / "exhaustive4096/rows.jsonl.xz"))
+    old = json.loads((H200 / "vector_exhaustive_4096.space.json").read_text())
+    pinned = old["pinned"]
+    swept = json.loads((H200 / "vector_exhaustive_4096.json").read_text())["rows"]
+    old_table = {config_key(r["family"], {**r["config"], **pinned}): r["gflops"] for r in swept if "gflops" in r}
     today = dict(kernels.vector.DEFAULT)
     space, limit = dict(kernels.vector.SPACE), kernels.tiles.MAX_ELEMENTS_PER_THREAD
-    old_space = {**space, **{name: [value] for name, value in test_search.AS_SWEPT.items()}, "stages": [1, 2]}
+    old_space = {**space, **{name: [value] for name, value in pinned.items()}, "stages": old["stages"]}
     setups = [
-        ("full sweep, default", test_search.FULL, today, space, limit),
-        ("full sweep, old default", test_search.FULL, {**today, "wide_fetch": False}, space, limit),
-        ("806-config sweep", test_search.TABLE, {**test_search.SWEPT_DEFAULT, **test_search.AS_SWEPT}, old_space, 64),
+        ("full sweep, default", full, today, space, limit),
+        ("full sweep, old default", full, {**today, "wide_fetch": False}, space, limit),
+        ("806-config sweep", old_table, {**old["default"], **pinned}, old_space, old["max_elements_per_thread"]),
     ]
     print(f"{args.trials} trials, seeds 0-{args.seeds - 1}: best found / sweep best")
     print(f"{'table':26} {'sampler':8} {'mean':>6} {'worst':>6} {'>=0.97':>7}")

@@ -21,17 +21,3 @@ def faulty_measure(kernel, m, n, k, rng, warmup=3, repeat=20, lock=None):
     gflops = float(kernel.config["tpb"] + kernel.config["pad"])
     return Measurement(Verification(True, 1e-7, 1e-5), Timing(1.0, 0.99, 1.01, repeat, 1), gflops, 0.1)
 
-
-def illegal_address_measure(kernel, m, n, k, rng, warmup=3, repeat=20, lock=None):
-    """On a real GPU: launch a kernel that writes far outside its array (CUDA_ERROR_ILLEGAL_ADDRESS,
-    which poisons this process's CUDA context), then synchronize."""
-    from numba import cuda
-
-    @cuda.jit
-    def scribble(out):
-        out[cuda.grid(1) * 1_000_000_007] = 1.0
-
-    out = cuda.device_array(16, dtype="float32")
-    scribble[64, 256](out)
-    cuda.synchronize()
-    raise AssertionError("the illegal write was not reported")

@@ -31,7 +31,7 @@ for i in range(60):
 TUNER = """
 import sys
 sys.path.insert(0, sys.argv[4])
-from replay import Replay, config_key
+from autotune.replay import Replay, config_key
 from autotune.space import feasible_configs, DeviceLimits
 from autotune.tuner import TuneRequest, tune
 table = {config_key("shared", c): 10.0 * c["tpb"] + c["pad"] for c in feasible_configs("shared", "float32", DeviceLimits())}

@@ -129,7 +129,7 @@ def test_the_pretended_gpu_must_be_well_formed(monkeypatch):
 
 
 def test_stale_rows_of_this_gpu_are_retimed_into_the_cache(monkeypatch):
-    from replay import Replay, config_key
+    from autotune.replay import Replay, config_key
 
     from autotune.retime import retime_stale
 

@@ -1,10 +1,10 @@
 """The `climb` sampler: which configs it proposes, replayed without a GPU."""
 
 import optuna
-from replay import Replay, config_key
 
 import kernels
 from autotune.cache import Cache
+from autotune.replay import Replay, config_key
 from autotune.samplers import ClimbSampler, neighbours
 from autotune.space import DeviceLimits, config_of, feasible_configs, suggest, trial_params
 from autotune.tuner import TuneRequest, tune

@@ -1,27 +1,27 @@
 """How fast the tuner gets near the best, replaying exhaustive GPU sweeps (no GPU needed).
 
-studies/h200/exhaustive4096/rows.jsonl holds every feasible float32 `vector` config of today's
+studies/h200/exhaustive4096/rows.jsonl.xz holds every feasible float32 `vector` config of today's
 space at 4096^3 on an H200 (studies/exhaustive.py; 22,910 configs, a few measured twice by
 overlapping runs: their median counts). The tuner searches that space with the measurements
 replayed and must reach 0.97 of the sweep's best within 40 trials.
 
 studies/h200/vector_exhaustive_4096.json is the older sweep, of the space before the family had
 `unroll`, `fragments`, `wide_fetch`, `async_copy` and `min_blocks`, had 1 or 2 stages, and
-allowed 128 elements per thread. The tuner searches exactly that space (those parameters pinned
-to what the sweep ran) and must reach 0.97 of its best within 40 trials too.
+allowed 128 elements per thread (vector_exhaustive_4096.space.json beside it). The tuner searches
+exactly that space (those parameters pinned to what the sweep ran) and must reach 0.97 of its
+best within 40 trials too.
 """
 
 import dataclasses
 import json
 import statistics
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from replay import Replay, config_key
 
 import kernels
 from autotune.cache import Cache
+from autotune.replay import Replay, best_found, config_key, median_table, read_rows
 from autotune.space import DeviceLimits, feasible_configs
 from autotune.tuner import TuneRequest, tune
 
@@ -30,9 +30,7 @@ SEEDS = range(5)
 
 
 def best_within(table: dict, trials: int, seed: int, sampler: str = "climb") -> float:
-    result = tune(TuneRequest(4096, 4096, 4096, trials=trials, families=["vector"], sampler=sampler, seed=seed, jobs=1),
-                  Replay(table, default=0.0), show_progress=False)
-    return result.row["gflops"]
+    return best_found(table, (4096, 4096, 4096), "vector", trials, seed, sampler)
 
 
 def mean_found(table: dict, trials: int, tmp_path, monkeypatch) -> dict:
@@ -47,15 +45,7 @@ def mean_found(table: dict, trials: int, tmp_path, monkeypatch) -> dict:
     return found
 
 
-def median_table(rows: list[dict]) -> dict:
-    """{config_key: GFLOPS}, the median where a config was measured more than once."""
-    measured = defaultdict(list)
-    for row in rows:
-        measured[config_key(row["family"], row["config"])].append(row["gflops"])
-    return {key: statistics.median(values) for key, values in measured.items()}
-
-
-FULL_ROWS = [json.loads(line) for line in (STUDIES / "exhaustive4096/rows.jsonl").read_text().splitlines()]
+FULL_ROWS = read_rows(STUDIES / "exhaustive4096/rows.jsonl.xz")
 FULL = median_table(FULL_ROWS)
 
 
@@ -80,8 +70,8 @@ def test_climb_beats_tpe_and_random_search_on_the_full_sweep(tmp_path, monkeypat
 
 
 SWEEP = json.loads((STUDIES / "vector_exhaustive_4096.json").read_text())
-AS_SWEPT = {"unroll": False, "fragments": 1, "wide_fetch": False, "async_copy": False, "min_blocks": 1}
-SWEPT_DEFAULT = {"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 8, "pad": 4, "stages": 2}  # the warm start's
+SWEPT_SPACE = json.loads((STUDIES / "vector_exhaustive_4096.space.json").read_text())
+AS_SWEPT = SWEPT_SPACE["pinned"]
 TABLE = {config_key(r["family"], {**r["config"], **AS_SWEPT}): r["gflops"] for r in SWEEP["rows"] if "gflops" in r}
 BEST = max(TABLE.values())
 
@@ -92,8 +82,9 @@ def swept_space(monkeypatch):
     pinned = {name: [value] for name, value in AS_SWEPT.items()}
     vector = kernels.family("vector")
     monkeypatch.setitem(kernels.FAMILIES, "vector", dataclasses.replace(
-        vector, space={**vector.space, **pinned, "stages": [1, 2]}, default={**SWEPT_DEFAULT, **AS_SWEPT}))
-    monkeypatch.setattr(kernels.tiles, "MAX_ELEMENTS_PER_THREAD", 64)
+        vector, space={**vector.space, **pinned, "stages": SWEPT_SPACE["stages"]},
+        default={**SWEPT_SPACE["default"], **AS_SWEPT}))
+    monkeypatch.setattr(kernels.tiles, "MAX_ELEMENTS_PER_THREAD", SWEPT_SPACE["max_elements_per_thread"])
 
 
 def test_the_old_sweep_is_complete():

@@ -3,10 +3,10 @@ import importlib.util
 
 import optuna
 import pytest
-from replay import Replay, config_key
 
 import kernels
 from autotune.cache import Cache
+from autotune.replay import Replay, config_key
 from autotune.space import FAMILY_NAMES
 from autotune.finalists import FINAL_LAUNCHES, FINALISTS
 from autotune.study import study_name
