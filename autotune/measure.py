@@ -2,13 +2,16 @@
 
 Protocol (design.md): fresh random inputs (never zeros); the output is poisoned before the
 verifying launch so an unwritten element fails; then >= 3 warm-up launches and the median of
->= 20 timed samples, each sample an event pair around enough launches to last ~0.2 ms.
+>= 20 timed samples, each sample an event pair around enough launches to last ~0.2 ms, queued
+behind a kernel that holds the stream until the host has enqueued them all: the samples are
+device time even where launching from Python costs more than the kernel runs (small shapes).
 GFLOPS = 2*M*N*K / seconds. Under the simulator the timings are host wall time and meaningless.
 """
 
 from __future__ import annotations
 
 import fcntl
+import functools
 import math
 import platform
 import time
@@ -35,6 +38,13 @@ SAMPLE_SECONDS = 2e-4
 FULL_REFERENCE_MACS = 2**28
 REFERENCE_ROWS = 256
 SIMULATOR_SAMPLES = 3  # simulator timings mean nothing: take just enough to exercise the path
+TIMING_METHOD = "device time: CUDA events around launches queued behind a hold kernel (host launch cost excluded)"
+#: the hold lasts this many times the host's time to enqueue the sample (plus HOLD_SLACK_US),
+#: doubling after each sample whose launches the GPU reached before the host had enqueued them all
+HOLD_MARGIN = 2.0
+HOLD_SLACK_US = 20
+HOLD_ATTEMPTS = 3  # at most this many samples per one asked for
+MAX_HOLD_SECONDS = 0.05  # of launches enqueued per sample; a hold never exceeds 4x this
 
 
 def simulated() -> bool:
@@ -187,28 +197,69 @@ def time_launches(launch: Callable[[], None], warmup: int = 3, repeat: int = 20)
             samples.append((time.perf_counter() - start) * 1e3)
         return _timing(samples, 1)
 
-    for _ in range(warmup):
-        launch()
+    launch()  # loads, compiles and allocates whatever the first call does, untimed
     cuda.synchronize()
-    start, stop = cuda.event(), cuda.event()
-    start.record()
-    launch()
-    stop.record()
+    count = max(warmup, 1)
+    started = time.perf_counter()
+    for _ in range(count):
+        launch()
+    queue = _HeldQueue(launch, (time.perf_counter() - started) / count)
+    cuda.synchronize()
+    start, stop, _ = queue.sample(1)
     stop.synchronize()
     single_ms = cuda.event_elapsed_time(start, stop)
-    per_sample = max(1, min(1000, math.ceil(SAMPLE_SECONDS * 1e3 / max(single_ms, 1e-4))))
-    # Every sample is enqueued before any is waited for, behind a lead launch: the GPU runs them
-    # back to back, so a host busy elsewhere (compiling the next trial) adds no idle time to them.
-    events = [(cuda.event(), cuda.event()) for _ in range(repeat)]
-    launch()
-    for start, stop in events:
-        start.record()
-        for _ in range(per_sample):
-            launch()
-        stop.record()
+    per_sample = max(1, min(1000, math.ceil(SAMPLE_SECONDS * 1e3 / max(single_ms, 1e-4)),
+                            int(MAX_HOLD_SECONDS / max(queue.enqueue_s, 1e-7))))
+    held, drained = [], []
+    for _ in range(HOLD_ATTEMPTS * repeat):
+        start, stop, was_held = queue.sample(per_sample)
+        (held if was_held else drained).append((start, stop))
+        if len(held) == repeat:
+            break
     cuda.synchronize()
-    samples = [cuda.event_elapsed_time(start, stop) / per_sample for start, stop in events]
+    # A sample whose queue drained (the host was descheduled, or `launch` waits for the GPU)
+    # timed the host too: it counts only if no sample could be held.
+    samples = [cuda.event_elapsed_time(start, stop) / per_sample for start, stop in held or drained]
     return _timing(samples, per_sample)
+
+
+class _HeldQueue:
+    """Samples of `launch` on the default stream behind a kernel that sleeps until the host has
+    enqueued them: the GPU then runs them back to back, so the events time the GPU alone."""
+
+    def __init__(self, launch: Callable[[], None], enqueue_s: float):
+        self.launch, self.enqueue_s, self.margin = launch, enqueue_s, HOLD_MARGIN
+
+    def sample(self, launches: int):
+        """(start, stop, held): an event pair around `launches` launches, and whether all of
+        them were enqueued before the GPU reached the start event."""
+        from numba import cuda
+
+        microseconds = self.margin * launches * self.enqueue_s * 1e6 + HOLD_SLACK_US
+        _hold_kernel()[1, 1](int(min(microseconds, 4 * MAX_HOLD_SECONDS * 1e6)))
+        start, stop = cuda.event(), cuda.event()
+        start.record()
+        for _ in range(launches):
+            self.launch()
+        stop.record()
+        held = not start.query()
+        if not held:
+            self.margin *= 2
+        return start, stop, held
+
+
+@functools.cache
+def _hold_kernel():
+    """A one-thread kernel that sleeps about `microseconds` (nanosleep is approximate; the
+    caller checks whether the hold lasted)."""
+    from numba import cuda
+
+    @cuda.jit("void(int64)")
+    def hold(microseconds):
+        for _ in range(microseconds):
+            cuda.nanosleep(1000)
+
+    return hold
 
 
 def _timing(samples: list[float], per_sample: int) -> Timing:
@@ -267,15 +318,22 @@ def exclusive(lock: str | None):
 
 def cublas_matmul() -> Callable | None:
     """cuBLAS through CuPy as `f(dA, dB, dC)` on Numba device arrays (TF32 off: CuPy's default
-    for float32), or None where CuPy or a GPU is missing."""
+    for float32), or None where CuPy or a GPU is missing. The CuPy views of the last operands
+    are kept, so a repeated call costs what `cupy.matmul` on CuPy arrays costs a CuPy user."""
     if simulated():
         return None
     try:
         import cupy
     except ImportError:
         return None
+    views: dict[tuple, tuple] = {}
 
     def matmul(dA, dB, dC):
-        cupy.matmul(cupy.asarray(dA), cupy.asarray(dB), out=cupy.asarray(dC))
+        key = (id(dA), id(dB), id(dC))
+        if key not in views:
+            views.clear()  # the operands are kept with their views, so their ids stay theirs
+            views[key] = ((dA, dB, dC), tuple(cupy.asarray(x) for x in (dA, dB, dC)))
+        a, b, c = views[key][1]
+        cupy.matmul(a, b, out=c)
 
     return matmul
