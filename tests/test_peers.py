@@ -11,8 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import ON_GPU
 
-from autotune import peers
+from autotune import lookup, peers
 from autotune.bench import SUITES_FILE, parse_shapes
 from autotune.cache import shipped_rows
 from autotune.measure import error_bound, reference
@@ -134,8 +135,9 @@ def test_bench_peers_writes_the_json_the_table_and_the_chart(tmp_path, monkeypat
     assert written["device"] == "numpy" and set(written["call_overhead_us"]) == {"mmtune", "cublas", "triton"}
     assert all(isinstance(us, float) for us in written["call_overhead_us"].values())
     assert written["overhead_row"]["m"] == 40  # measured apart: not among the shapes
-    assert [(r["m"], r["n"], r["k"], r["source"], r["family"]) for r in written["rows"]] == [
-        (8, 9, 10, "default", "register"), (70, 90, 33, "default", "register")]
+    choices = [lookup(m, n, k) for m, n, k in ((8, 9, 10), (70, 90, 33))]
+    assert [(r["m"], r["source"], r["family"]) for r in written["rows"]] == [
+        (8, choices[0].source, choices[0].family), (70, choices[1].source, choices[1].family)]
     for r in written["rows"]:
         for name in ("mmtune", "cublas", "triton"):
             assert r[f"{name}_call_gflops"] > 0 and r[f"{name}_kernel_gflops"] > 0 and r[f"{name}_first_call_s"] > 0
@@ -145,7 +147,7 @@ def test_bench_peers_writes_the_json_the_table_and_the_chart(tmp_path, monkeypat
         assert r["call_vs_triton"] == pytest.approx(r["mmtune_call_gflops"] / r["triton_call_gflops"])
     assert written["rows"][1]["category"] == "odd" and written["geomeans"]["odd"]["shapes"] == 1
     table = (tmp_path / "peers.md").read_text()
-    assert "| 70x90x33 | odd | default | register |" in table
+    assert f"| 70x90x33 | odd | {choices[1].source} | {choices[1].family} |" in table
     assert "Absent: CuPy: CuPy does not import" in table and "Call overhead at 40x40x40" in table
     assert (tmp_path / "peers.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -201,3 +203,17 @@ for bm, bn, bk, stages, warps in sorted({c[:3] + (0, 0) for c in triton_peer.CON
     done = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=600,
                           cwd=Path(__file__).parent.parent)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.skipif(not ON_GPU, reason="the real peers need PyTorch and a GPU")
+def test_the_real_peers_on_the_gpu(tmp_path):
+    pytest.importorskip("torch")
+    result = bench_peers([(64, 64, 64), (100, 70, 33)], tmp_path, rounds=2)
+    assert set(result["peers"]) | set(result["absent"]) == set(peers.PEER_NAMES)
+    for r in result["rows"]:
+        assert r["failures"] == {}, r["failures"]
+        for name in result["peers"]:
+            assert r[f"{name}_kernel_gflops"] > 0 and r[f"{name}_call_gflops"] > 0 and r[f"{name}_first_call_s"] > 0
+    # torch.matmul is captured in a graph; a call costs more than its kernel at 256^3
+    assert {r["cublas_kernel_timing"] for r in result["rows"]} == {"graph"}
+    assert result["call_overhead_us"]["cublas"] > 0
