@@ -288,6 +288,8 @@ def measure(
     started = time.perf_counter()
     kernel.compile()
     compile_s = time.perf_counter() - started
+    if not simulated():
+        _hold_kernel()  # compiled once per process, and not while holding the lock
     A, B = random_inputs(m, n, k, kernel.dtype, rng)
     timing = None
     with exclusive(lock):
