@@ -3,7 +3,9 @@
 For each shape, in one process and on the same device arrays: the tuned kernel (`lookup` says
 whether the shape was tuned or which fallback was used), cuBLAS through CuPy (TF32 off), and the
 seed kernels (naive with 16x16 blocks; shared TPB=16). Every kernel is verified at the shape
-before it is timed. Writes bench.json and bench.png.
+before it is timed, and every one, cuBLAS included, is timed on device time (the backend's `timing_method`),
+so small shapes compare kernels, not Python's launch cost. Writes bench.json and bench.png;
+`mmtune bench --peers` (autotune.peers) times the path users call instead.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 import kernels
+from autotune import backends
 from autotune.measure import cublas_matmul, device_info, random_inputs, time_launches, verify, versions
 from autotune.records import suites as shipped_suites
 from autotune.runtime import kernel_for, lookup
@@ -54,7 +57,7 @@ def bench(shapes, dtype: str = "float32", out_dir: Path | None = None, seeds: bo
         rows.append(row)
     ratios = [r["ratio"] for r in rows if r["ratio"]]
     result = {
-        **device_info(), **versions(), "dtype": dtype, "rows": rows,
+        **device_info(), **versions(), "dtype": dtype, "timing": backends.current().timing_method, "rows": rows,
         "geomean_ratio": math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None,
     }
     if out_dir is not None:

@@ -176,8 +176,14 @@ def bench(
     out: Optional[Path] = typer.Option(None, help="Directory for bench.json and bench.png."),
     seeds: bool = typer.Option(True, help="Also time the seed kernels (naive, shared TPB=16)."),
     simulate: bool = typer.Option(False, help="Run under Numba's CUDA simulator (tiny shapes; no cuBLAS)."),
+    peers: bool = typer.Option(
+        False, "--peers", help="Instead, time the path users call on PyTorch tensors: mmtune's matmul, torch.matmul, "
+        "Triton and CuPy where they import; writes peers.json, peers.md and peers.png.",
+    ),
 ):
-    """Time the kernel matmul uses for each shape next to cuBLAS and the seed kernels."""
+    """Time the kernel matmul uses for each shape next to cuBLAS and the seed kernels (or, with --peers, the call)."""
+    if peers:
+        return _bench_peers(shapes, dtype, out, simulate)
     try:
         _use_simulator(simulate)
         from autotune.bench import bench as run, parse_shapes
@@ -197,6 +203,22 @@ def bench(
     Console(width=200).print(table)
     if result["geomean_ratio"]:
         typer.echo(f"geometric mean of tuned / cuBLAS: {result['geomean_ratio']:.3f} on {result['device']}")
+    typer.echo(f"timings: {result['timing']}")
+
+
+def _bench_peers(shapes: str, dtype: str, out: Optional[Path], simulate: bool) -> None:
+    try:
+        _use_simulator(simulate)
+        from autotune.bench import parse_shapes
+        from autotune.cache import CacheError
+        from autotune.peers import PeersError, bench_peers, markdown
+
+        if dtype != "float32":
+            raise UserError("--peers times float32 only")
+        result = bench_peers(parse_shapes(shapes), out, progress=lambda text: typer.echo(text, err=True))
+    except (UserError, CacheError, PeersError, ValueError) as error:
+        _fail(error)
+    typer.echo(markdown(result), nl=False)
 
 
 @app.command()

@@ -65,6 +65,12 @@ def test_bench_in_the_simulator(tmp_path):
     assert (tmp_path / "bench.json").exists()
 
 
+def test_bench_peers_needs_pytorch_and_a_gpu():
+    result = invoke("bench", "--peers", "--shapes", "4x5x6", "--simulate")
+    assert result.exit_code == 2 and result.stderr.startswith("error: --peers needs PyTorch")
+    assert len(result.stderr.splitlines()) == 1
+
+
 def test_sweep_prints_the_seeds_tables_in_the_simulator(tmp_path):
     result = invoke("sweep", "--sizes", "4,6", "--blocks", "8", "--elements", "16", "--register-size", 9, "--out", tmp_path, "--simulate")
     assert result.exit_code == 0, result.output
@@ -90,7 +96,8 @@ def test_lookup_in_the_simulator():
         (("tune", "--m", 4, "--n", 4, "--k", 4, "--dtype", "float16", "--simulate"), "error: unsupported dtype 'float16'; supported: float32, float64, int32\n"),
         (("tune", "--m", 4, "--n", 4, "--k", 4, "--family", "cublas", "--simulate"), "error: unknown kernel family 'cublas'; known: vector, splitk, register, shared, naive\n"),
         (("best", "--m", 4), "error: give all of --m, --n and --k, or none\n"),
-        (("bench", "--shapes", "4x4", "--simulate"), "error: '4x4' is neither a suite (standard, squares, quick) nor a shape MxNxK\n"),
+        (("bench", "--shapes", "4x4", "--simulate"), "error: '4x4' is neither a suite (standard, squares, quick, wide, seeded) nor a shape MxNxK\n"),
+        (("bench", "--peers", "--dtype", "float64", "--simulate"), "error: --peers times float32 only\n"),
         (("sweep", "--sizes", "8,x", "--simulate"), "error: --sizes takes positive integers like 8,16,32; got '8,x'\n"),
         (("sweep", "--sizes", "8", "--dtype", "float16", "--simulate"), "error: unsupported dtype 'float16'; supported: float32, float64, int32\n"),
         (("lookup", "--m", 4, "--n", 4, "--k", 4, "--dtype", "bool"), "error: unsupported dtype bool; supported: float32, float64, int32\n"),

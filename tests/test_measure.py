@@ -1,11 +1,15 @@
 import math
+import time
 
 import numpy as np
 import pytest
 from numba import cuda, float32
 
+from conftest import ON_GPU
+
 import kernels
 from autotune.measure import (
+    cublas_matmul,
     error_bound,
     measure,
     random_inputs,
@@ -86,3 +90,23 @@ def test_time_launches_reports_quartiles():
     timing = time_launches(lambda: None, warmup=0, repeat=2)
     assert timing.samples == 2 and timing.q25_ms <= timing.median_ms <= timing.q75_ms
     assert timing.spread >= 0
+
+
+@pytest.mark.skipif(not ON_GPU, reason="device time against host time needs a GPU")
+def test_time_launches_times_the_gpu_not_the_python_launching_it():
+    """At 16^3 a launch from Python costs far more than the kernel runs: the samples must not see it."""
+    kernel = kernels.build("naive", {"block_x": 16, "block_y": 16}, "float32")
+    dA, dB, dC = (cuda.to_device(np.ones((16, 16), np.float32)) for _ in range(3))
+    launches = {"naive": lambda: kernel.launch(dA, dB, dC)}
+    cublas = cublas_matmul()
+    if cublas:
+        launches["cuBLAS"] = lambda: cublas(dA, dB, dC)
+    for name, launch in launches.items():
+        launch()
+        cuda.synchronize()
+        started = time.perf_counter()
+        for _ in range(200):
+            launch()
+        host_ms = (time.perf_counter() - started) / 200 * 1e3
+        cuda.synchronize()
+        assert time_launches(launch).median_ms < host_ms / 2, name

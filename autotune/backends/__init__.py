@@ -14,6 +14,8 @@ A backend is one module here exporting `BACKEND`, an object with:
                            recognise and view the caller's device arrays (CuPy, PyTorch, ...)
     time(launch, warmup, repeat) -> (samples, launches_per_sample)
                            per-launch milliseconds of `launch()`: device time where there is a device
+    prepare_timing()       compile or load what `time` needs, before a measuring lock is taken
+    timing_method          one line saying how `time` measures, for benchmark output
     cublas() -> f(dA, dB, dC) | None
                            the vendor BLAS on the same arrays, for benchmarks
     free_memory() -> bytes free on the device

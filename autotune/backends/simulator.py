@@ -55,6 +55,11 @@ class Simulator:
     def device_view(self, x):
         return x if self.is_device_array(x) else None
 
+    timing_method = "host wall time under the simulator (meaningless)"
+
+    def prepare_timing(self) -> None:
+        pass
+
     def time(self, launch, warmup: int, repeat: int, samples: int = 3) -> tuple[list[float], int]:
         """Host wall time of a few launches: enough to exercise the path, worthless as a timing."""
         found = []

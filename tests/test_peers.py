@@ -1,0 +1,219 @@
+"""The peers bench's pure parts and its orchestration, with fake peers computing on NumPy (the
+real peers need PyTorch and a GPU; studies/gpu_peers.sh runs them)."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ON_GPU
+
+from autotune import lookup, peers
+from autotune.bench import parse_shapes
+from autotune.records import shipped_rows, suites
+from autotune.measure import error_bound, reference
+from autotune.peers import Operands, Peer, bench_peers, category, checked_rows, geomeans, seeded_shapes, summary
+
+SUITES = suites()
+
+
+@pytest.mark.parametrize(
+    "shape,expected",
+    [
+        ((64, 8192, 8192), "skinny"), ((8192, 64, 8192), "skinny"), ((65, 65, 65), "odd"),
+        ((64, 4096, 17), "skinny"),  # skinny comes before odd
+        ((80, 80, 8), "odd"), ((1023, 1024, 1024), "odd"), ((1024, 1024, 1000), "odd"), ((1000, 1000, 1000), "odd"),
+        ((2048, 2048, 2048), "large"), ((4096, 2048, 1024), "large"), ((2048, 2048, 2032), "mid"),
+        ((700, 700, 700), "odd"),  # 700 is not a multiple of 16
+        ((704, 704, 704), "mid"), ((688, 688, 688), None), ((80, 80, 80), None), ((256, 256, 256), None),
+    ],
+)
+def test_categories_follow_the_rule_at_its_boundaries(shape, expected):
+    assert category(*shape) == expected
+
+
+def test_the_wide_suite_spans_the_four_categories():
+    counts = {}
+    for shape in parse_shapes("wide"):
+        counts[category(*shape)] = counts.get(category(*shape), 0) + 1
+    assert counts == {"mid": 4, "skinny": 4, "odd": 5, "large": 5}  # 1000^3 is odd by the rule
+
+
+def test_seeded_shapes_are_reproducible_and_cover_every_category():
+    shapes = seeded_shapes()
+    assert shapes == seeded_shapes(peers.SEED, 20) and shapes != seeded_shapes(peers.SEED + 1, 20)
+    assert [category(*s) for s in shapes] == list(peers.CATEGORIES) * 5
+    assert len(set(shapes)) == 20 and all(16 <= size <= 8192 for s in shapes for size in s)
+
+
+def test_the_committed_seeded_suite_is_the_generators_output_and_was_never_tuned():
+    committed = parse_shapes("seeded")
+    assert committed == seeded_shapes(peers.SEED, 20)
+    tuned = {(r["m"], r["n"], r["k"]) for r in shipped_rows("NVIDIA H200", "float32")}
+    assert tuned and not tuned & set(committed)
+
+
+def test_summary_is_the_median_and_the_interquartile_spread():
+    assert summary([4.0, 1.0, 2.0, 3.0, 100.0]) == (3.0, pytest.approx((4.0 - 2.0) / 3.0))
+    assert summary([2.0]) == (2.0, 0.0)
+
+
+def row(shape, vs_cublas, vs_triton=None, call_vs_cublas=None):
+    return {"m": shape[0], "n": shape[1], "k": shape[2], "category": category(*shape), "vs_cublas": vs_cublas,
+            "vs_triton": vs_triton, "call_vs_cublas": call_vs_cublas, "call_vs_triton": None}
+
+
+def test_geomeans_per_category_over_shapes_measured_on_both_sides():
+    rows = [row((1024, 1024, 1024), 0.81, 1.2), row((2000, 2000, 2000), 1.0, None), row((1280, 1280, 1280), 0.9, 0.8),
+            row((16, 8192, 8192), 2.0, 0.5, 1.5), row((8192, 16, 8192), 0.5, 2.0), row((256, 256, 256), 4.0)]
+    means = geomeans(rows)
+    assert means["mid"]["shapes"] == 3 and means["mid"]["vs_cublas"] == pytest.approx((0.81 * 1.0 * 0.9) ** (1 / 3))
+    assert means["mid"]["vs_triton"] == pytest.approx(math.sqrt(1.2 * 0.8))  # 2000^3 had no Triton
+    assert means["skinny"]["vs_cublas"] == pytest.approx(1.0) and means["skinny"]["vs_triton"] == pytest.approx(1.0)
+    assert means["skinny"]["call_vs_cublas"] == pytest.approx(1.5)
+    assert means["odd"] == {"shapes": 0, "vs_cublas": None, "vs_triton": None, "call_vs_cublas": None, "call_vs_triton": None}
+    assert means["all"]["shapes"] == 6  # 256^3 counts in no category but in all
+    assert means["all"]["vs_cublas"] == pytest.approx((0.81 * 0.9 * 4.0) ** (1 / 6))
+
+
+class NumpyDevice:
+    """Operands on the host, and wall-clock 'kernel' timing: enough to run the orchestration."""
+
+    name = "numpy"
+
+    def __init__(self):
+        self.versions = {}
+
+    def operands(self, m, n, k, seed):
+        rng = np.random.default_rng(seed)
+        A, B = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+        rows = checked_rows(m, n, k, rng)
+        return Operands(A, B, np.empty((m, n), np.float32), rows, reference(A[rows], B), error_bound("float32", k))
+
+    def poison(self, C):
+        C.fill(np.nan)
+
+    def sync(self):
+        pass
+
+    def to_host(self, C):
+        return C.copy()
+
+    def kernel_timer(self, call, operands, calls):
+        return WallTimer(call, calls)
+
+
+class WallTimer:
+    method = "loop"
+
+    def __init__(self, call, calls):
+        self.call, self.calls = call, calls
+
+    def sample(self):
+        started = time.perf_counter()
+        for _ in range(self.calls):
+            self.call()
+        return (time.perf_counter() - started) / self.calls
+
+
+def numpy_peer(name):
+    return Peer(name, lambda A, B, C: lambda: np.matmul(A, B, out=C))
+
+
+def test_bench_peers_writes_the_json_the_table_and_the_chart(tmp_path, monkeypatch):
+    monkeypatch.setattr(peers, "OVERHEAD_SHAPE", (40, 40, 40))
+    fakes = [numpy_peer(name) for name in ("mmtune", "cublas", "triton")]
+    result = bench_peers([(8, 9, 10), (70, 90, 33)], tmp_path, rounds=2, device=NumpyDevice(), peers=fakes,
+                         absent={"cupy": "CuPy does not import: no module named cupy"})
+    written = json.loads((tmp_path / "peers.json").read_text())
+    assert written == json.loads(json.dumps(result))
+    assert written["device"] == "numpy" and set(written["call_overhead_us"]) == {"mmtune", "cublas", "triton"}
+    assert all(isinstance(us, float) for us in written["call_overhead_us"].values())
+    assert written["overhead_row"]["m"] == 40  # measured apart: not among the shapes
+    choices = [lookup(m, n, k) for m, n, k in ((8, 9, 10), (70, 90, 33))]
+    assert [(r["m"], r["source"], r["family"]) for r in written["rows"]] == [
+        (8, choices[0].source, choices[0].family), (70, choices[1].source, choices[1].family)]
+    for r in written["rows"]:
+        for name in ("mmtune", "cublas", "triton"):
+            assert r[f"{name}_call_gflops"] > 0 and r[f"{name}_kernel_gflops"] > 0 and r[f"{name}_first_call_s"] > 0
+            assert r[f"{name}_error"] < 1e-6 and r[f"{name}_kernel_timing"] == "loop"
+        assert r["cupy_kernel_gflops"] is None and r["failures"] == {}
+        assert r["vs_cublas"] == pytest.approx(r["mmtune_kernel_gflops"] / r["cublas_kernel_gflops"])
+        assert r["call_vs_triton"] == pytest.approx(r["mmtune_call_gflops"] / r["triton_call_gflops"])
+    assert written["rows"][1]["category"] == "odd" and written["geomeans"]["odd"]["shapes"] == 1
+    table = (tmp_path / "peers.md").read_text()
+    assert f"| 70x90x33 | odd | {choices[1].source} | {choices[1].family} |" in table
+    assert "Absent: CuPy: CuPy does not import" in table and "Call overhead at 40x40x40" in table
+    assert (tmp_path / "peers.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_peer_that_fails_or_is_wrong_is_reported_and_not_timed(monkeypatch):
+    monkeypatch.setattr(peers, "OVERHEAD_SHAPE", (8, 8, 8))
+
+    def wrong(A, B, C):
+        return lambda: C.fill(1.0)
+
+    def broken(A, B, C):
+        def call():
+            raise RuntimeError("no kernel image\nfor this device")
+        return call
+
+    fakes = [numpy_peer("mmtune"), Peer("cublas", wrong), Peer("triton", broken)]
+    result = bench_peers([(12, 13, 14)], rounds=1, device=NumpyDevice(), peers=fakes)
+    r = result["rows"][0]
+    assert r["failures"]["triton"] == "RuntimeError: no kernel image"
+    assert r["failures"]["cublas"].startswith("wrong product: relative error")
+    assert r["cublas_error"] > 0.1 and r["cublas_kernel_gflops"] is None and r["triton_first_call_s"] is None
+    assert r["mmtune_kernel_gflops"] > 0 and r["vs_cublas"] is None and result["worst_vs_cublas"] is None
+    assert result["call_overhead_us"]["cublas"] is None and result["call_overhead_us"]["mmtune"] is not None
+    assert "Failed: Triton at 12x13x14: RuntimeError: no kernel image" in peers.markdown(result)
+
+
+def test_the_goals_report_names_shapes_below_the_floor(monkeypatch):
+    monkeypatch.setattr(peers, "OVERHEAD_SHAPE", (8, 8, 8))
+    result = bench_peers([(8, 8, 8), (16, 16, 16)], rounds=1, device=NumpyDevice(),
+                         peers=[numpy_peer("mmtune"), numpy_peer("cublas")])
+    ratios = {f"{r['m']}x{r['n']}x{r['k']}": r["vs_cublas"] for r in result["rows"]}
+    assert result["worst_vs_cublas"]["ratio"] == min(ratios.values())
+    assert result["below_floor"] == [shape for shape, ratio in ratios.items() if ratio < peers.FLOOR]
+
+
+def test_the_triton_kernel_in_triton_s_interpreter():
+    """Where Triton and PyTorch import (not in CI): every tile shape of the configs, on odd sizes."""
+    pytest.importorskip("triton")
+    pytest.importorskip("torch")
+    child = """
+import torch, triton
+from autotune import triton_peer
+for bm, bn, bk, stages, warps in sorted({c[:3] + (0, 0) for c in triton_peer.CONFIGS}):
+    m, n, k = 2 * bm + 3, bn + 5, 2 * bk + 7
+    A, B, C = torch.randn(m, k), torch.randn(k, n), torch.full((m, n), float("nan"))
+    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
+    triton_peer._matmul_kernel.fn[grid](A, B, C, m, n, k, *A.stride(), *B.stride(), *C.stride(),
+                                        BM=bm, BN=bn, BK=bk, GROUP_M=triton_peer.GROUP_M)
+    ref = A.double() @ B.double()
+    assert ((C.double() - ref).norm() / ref.norm()).item() < 1e-6, (bm, bn, bk)
+"""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=600,
+                          cwd=Path(__file__).parent.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.skipif(not ON_GPU, reason="the real peers need PyTorch and a GPU")
+def test_the_real_peers_on_the_gpu(tmp_path):
+    pytest.importorskip("torch")
+    result = bench_peers([(64, 64, 64), (100, 70, 33)], tmp_path, rounds=2)
+    assert set(result["peers"]) | set(result["absent"]) == set(peers.PEER_NAMES)
+    for r in result["rows"]:
+        assert r["failures"] == {}, r["failures"]
+        for name in result["peers"]:
+            assert r[f"{name}_kernel_gflops"] > 0 and r[f"{name}_call_gflops"] > 0 and r[f"{name}_first_call_s"] > 0
+    # torch.matmul is captured in a graph; a call costs more than its kernel at 256^3
+    assert {r["cublas_kernel_timing"] for r in result["rows"]} == {"graph"}
+    assert result["call_overhead_us"]["cublas"] > 0
