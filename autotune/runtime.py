@@ -23,6 +23,7 @@ from numba import cuda
 import kernels
 from autotune.cache import Cache, CacheError, nearest_rows, shipped_rows
 from autotune.measure import device_info
+from autotune.operands import check_elements, check_shapes
 from autotune.space import DEFAULT_FAMILY, DeviceLimits, default_config, infeasibility
 from kernels import DTYPES, Kernel, OperandError, check_operands
 
@@ -48,7 +49,8 @@ class _Plan:
 
     shape: tuple[int, int]  # of C
     dtype: np.dtype
-    launch: Callable  # the configured kernel: launch(A, B, C)
+    launch: Callable  # the configured kernel: launch(A, B, C) on the default stream
+    kernel: Kernel
 
 
 _choices: dict[tuple, Choice] = {}
@@ -129,10 +131,12 @@ def kernel_for(choice: Choice, dtype: str) -> Kernel:
     return kernel
 
 
-def matmul(A, B, out=None):
-    """C = A @ B with the tuned kernel. A and B: NumPy arrays (copied to the GPU and back), or
-    device arrays (Numba, or anything with __cuda_array_interface__ such as CuPy and PyTorch),
-    used in place. Returns the same kind as A; `out`, if given, receives C and is returned."""
+def matmul(A, B, out=None, stream=None):
+    """C = A @ B through Numba's dispatcher (autotune.calls.matmul sends the simulator, NumPy
+    operands and MMTUNE_LAUNCH=numba here). A and B: NumPy arrays (copied to the GPU and back),
+    or device arrays (Numba, or anything with __cuda_array_interface__ such as CuPy and PyTorch),
+    used in place, launched on `stream` (a raw handle or a Numba stream; default: the default
+    stream). Returns the same kind as A; `out`, if given, receives C and is returned."""
     if isinstance(A, np.ndarray) or isinstance(B, np.ndarray):
         if not (isinstance(A, np.ndarray) and isinstance(B, np.ndarray)):
             raise OperandError("A and B must both be NumPy arrays or both be device arrays")
@@ -151,18 +155,27 @@ def matmul(A, B, out=None):
         raise OperandError(f"out must be a {plan.shape[0]}x{plan.shape[1]} device array of {plan.dtype}")
     if not (dA.is_c_contiguous() and dB.is_c_contiguous() and dC.is_c_contiguous()):
         check_operands(dA, dB, dC, plan.dtype.name)  # names the culprit
-    plan.launch(dA, dB, dC)
+    if stream:
+        plan.kernel.launcher(*plan.shape, _numba_stream(stream))(dA, dB, dC)
+    else:
+        plan.launch(dA, dB, dC)
     return out
 
 
+def _numba_stream(stream):
+    return cuda.external_stream(stream) if isinstance(stream, int) else stream
+
+
 def _plan(dA, dB) -> _Plan:
-    m, n, k, dtype = _product_shape(dA, dB)
+    m, n, k, dtype = check_shapes(dA, dB)
+    check_elements(m, n, k)
     kernel = kernel_for(lookup(m, n, k, dtype), dtype)
-    return _Plan((m, n), np.dtype(dtype), kernel.launcher(m, n))
+    return _Plan((m, n), np.dtype(dtype), kernel.launcher(m, n), kernel)
 
 
 def _host_matmul(A: np.ndarray, B: np.ndarray, out):
-    m, n, k, dtype = _product_shape(A, B)
+    m, n, k, dtype = check_shapes(A, B)
+    check_elements(m, n, k)
     if out is not None and (not isinstance(out, np.ndarray) or out.shape != (m, n) or out.dtype != A.dtype):
         raise OperandError(f"out must be a {m}x{n} NumPy array of {dtype}")
     require_device_memory((m * k + k * n + m * n) * A.dtype.itemsize)
@@ -176,21 +189,6 @@ def _host_matmul(A: np.ndarray, B: np.ndarray, out):
         return dC.copy_to_host(out)
     out[...] = dC.copy_to_host()
     return out
-
-
-def _product_shape(A, B) -> tuple[int, int, int, str]:
-    for name, x in (("A", A), ("B", B)):
-        if len(x.shape) != 2:
-            raise OperandError(f"{name} must be 2-D, got shape {tuple(x.shape)}")
-    if A.dtype != B.dtype:
-        raise OperandError(f"A and B differ in dtype: {A.dtype} and {B.dtype}")
-    dtype = np.dtype(A.dtype).name
-    if dtype not in DTYPES:
-        raise OperandError(f"unsupported dtype {dtype}; supported: {', '.join(DTYPES)}")
-    (m, k), (k2, n) = A.shape, B.shape
-    if k != k2:
-        raise OperandError(f"inner dimensions differ: A is {m}x{k}, B is {k2}x{n}")
-    return m, n, k, dtype
 
 
 def _device_view(x, name: str):

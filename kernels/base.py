@@ -19,7 +19,9 @@ import numba
 import numpy as np
 from numba import cuda
 
-from .intrinsics import MAX_ELEMENTS
+# One error type for operands everywhere; autotune.operands is a leaf module without numba, so
+# that the driver call path can raise it without importing numba.
+from autotune.operands import OperandError, check_elements
 
 #: element type name -> (NumPy dtype, Numba type). Kernels accumulate in the element type.
 DTYPES = {
@@ -59,10 +61,6 @@ def all_configs(space: dict[str, list]) -> list[dict]:
     """The cartesian product of a family's SPACE, feasible or not."""
     names = list(space)
     return [dict(zip(names, values)) for values in itertools.product(*space.values())]
-
-
-class OperandError(ValueError):
-    """The operands do not fit the kernel: shape, dtype or layout."""
 
 
 @dataclass
@@ -176,11 +174,10 @@ def check_operands(A, B, C, dtype: str) -> None:
             raise OperandError(f"{name} has dtype {x.dtype}, the kernel was built for {dtype}")
         if not _c_contiguous(x):
             raise OperandError(f"{name} is not C-contiguous; pass a contiguous copy")
-        if math.prod(x.shape) >= MAX_ELEMENTS:
-            raise OperandError(f"{name} has {math.prod(x.shape):,} elements; kernels address at most 2**32 - 1")
     (m, k), (k2, n) = A.shape, B.shape
     if k != k2:
         raise OperandError(f"inner dimensions differ: A is {m}x{k}, B is {k2}x{n}")
+    check_elements(m, n, k)
     if tuple(C.shape) != (m, n):
         raise OperandError(f"C must be {m}x{n}, got {tuple(C.shape)[0]}x{tuple(C.shape)[1]}")
 
