@@ -211,11 +211,12 @@ def set_aside(path: Path) -> Path | None:
     return target
 
 
-def shipped_rows(device: str, dtype: str, directory: Path | None = None) -> list[dict]:
-    """Records in studies/*/records.json for this device and dtype."""
+def shipped_rows(device: str | None, dtype: str | None, directory: Path | None = None) -> list[dict]:
+    """Records in studies/*/records.json for this device and dtype (None: any)."""
     rows = []
     for path in sorted((directory or SHIPPED_DIR).glob("*/records.json")):
-        rows += [decode(r) for r in json.loads(path.read_text()) if r["device"] == device and r["dtype"] == dtype]
+        rows += [decode(r) for r in json.loads(path.read_text())
+                 if device in (None, r["device"]) and dtype in (None, r["dtype"])]
     return rows
 
 

@@ -27,6 +27,7 @@ import os
 import re
 import struct
 import tempfile
+import warnings
 from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
@@ -222,9 +223,7 @@ def build(family: str, config: dict, dtype: str, cc: tuple[int, int], root: Path
     try:
         text = ptx(kernel, cc)
         cubin, log = link(text, cc, family)
-    except RuntimeError:
-        raise
-    except Exception as error:  # NVVM and Numba's typing raise many kinds
+    except Exception as error:  # NVVM, nvJitLink and Numba's typing raise many kinds
         raise StoreError(f"{family} {parts['config']} does not compile for {arch(cc)}: {error}") from None
     name, params = entry_parameters(text)
     words = LAYOUT["arrays"] * LAYOUT["words_per_array"]
@@ -253,8 +252,54 @@ def get(family: str, config: dict, dtype: str, cc: tuple[int, int], root: Path |
     entry = read(key_parts(family, config, dtype, cc, root), root)
     if entry is None:
         entry = build(family, config, dtype, cc, root)
-        write(entry, root)
+        try:
+            write(entry, root)
+        except OSError as error:
+            warnings.warn(f"mmtune: cannot write to the kernel store: {error}", stacklevel=2)
     return entry
+
+
+def keep(row: dict, root: Path | None = None) -> Entry | None:
+    """Store the kernel of a cache row (a tuned winner) for its GPU's architecture, and remember
+    it for its shape. None for rows with no architecture (the simulator's)."""
+    if not row.get("cc"):
+        return None
+    entry = get(row["family"], row["params"], row["dtype"], parse_arch(row["cc"]), root)
+    remember(row["device"], row["dtype"], (row["m"], row["n"], row["k"]), row["family"], row["params"], root)
+    return entry
+
+
+@dataclass(frozen=True)
+class Warmed:
+    row: dict
+    key: str | None
+    error: str | None
+
+
+def warm(cc: tuple[int, int], root: Path | None = None) -> list[Warmed]:
+    """Compile into the store the kernels of the cache's and the shipped rows measured on GPUs of
+    architecture `cc` (no GPU needed), and remember their shapes; a cache row wins over a
+    shipped one for the same GPU, dtype and shape, as in lookup."""
+    from autotune.cache import Cache, shipped_rows
+
+    cache = Cache()
+    try:
+        cached = cache.rows()
+    finally:
+        cache.close()
+    wanted = f"{cc[0]}.{cc[1]}"
+    rows = {}
+    for row in shipped_rows(None, None) + cached:  # later rows replace earlier ones
+        if row.get("cc") == wanted:
+            rows[row["device"], row["dtype"], row["m"], row["n"], row["k"]] = row
+    done = []
+    for row in rows.values():
+        try:
+            entry = keep(row, root)
+            done.append(Warmed(row, entry.key, None))
+        except (StoreError, ValueError) as error:
+            done.append(Warmed(row, None, str(error).splitlines()[0]))
+    return done
 
 
 # Which config a shape uses, without asking lookup ------------------------------------------

@@ -13,6 +13,7 @@ import multiprocessing
 import os
 import socket
 import time
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -222,11 +223,23 @@ def tune(
     if row is not None:
         row.update(trials=len(measured), study=name)
         written = cache.record(row)
+        _keep_kernel(cache.get(row["device"], dtype, m, n, k) or row)
     return TuneResult(
         row=row, written=written, study_name=name, storage=spec, trials=len(measured),
         new_trials=len(measured) - before, failed=sum(t.state == TrialState.FAIL for t in measured),
         wall_s=time.perf_counter() - started,
     )
+
+
+def _keep_kernel(row: dict) -> None:
+    """Compile the cache's kernel for this shape into the kernel store (autotune.store), so that a
+    fresh process launches it without compiling; a failure there does not fail the tune."""
+    from autotune import store
+
+    try:
+        store.keep(row)
+    except (store.StoreError, OSError, ValueError) as error:
+        warnings.warn(f"mmtune: the kernel was not kept in the kernel store: {error}", stacklevel=2)
 
 
 def _check_request(m, n, k, dtype, trials, jobs, trial_timeout, gpus, families) -> None:
