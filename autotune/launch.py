@@ -146,6 +146,7 @@ class LoadedKernel:
     library: object
     kernel: object
     dynamic_shared: int = 0
+    image: bytes = b""  # the cubin, kept alive while the library may still read it
     _opted_in: set = field(default_factory=set)
 
     def opt_in(self, dev: Device) -> None:
@@ -161,7 +162,7 @@ def load(cubin: bytes, entry: str, dynamic_shared: int = 0) -> LoadedKernel:
     check(driver.cuInit(0), "cuInit")
     library = check(driver.cuLibraryLoadData(cubin, None, None, 0, None, None, 0), "cuLibraryLoadData")
     kernel = check(driver.cuLibraryGetKernel(library, entry.encode()), f"cuLibraryGetKernel({entry[:40]}...)")
-    return LoadedKernel(library, kernel, dynamic_shared)
+    return LoadedKernel(library, kernel, dynamic_shared, cubin)
 
 
 class Plan:
