@@ -159,9 +159,9 @@ def _build(key: tuple, kind: str, a: Operand, b: Operand, stream) -> CallPlan:
         device.make_current()
         raw = current_stream(kind, a.device) if stream is None else launch.stream_handle(stream)
         _refuse_during_capture(raw, m, n, k, dtype, a.device)
-        family, config, entry = find_entry(_device_name(device), device.cc, m, n, k, dtype)
-        plan = None
-        if m and n:
+        family, config, plan = "", {}, None
+        if m and n:  # an empty C needs no kernel (and CUDA refuses an empty grid)
+            family, config, entry = find_entry(_device_name(device), device.cc, m, n, k, dtype)
             loaded = _loaded.get(entry.key)
             if loaded is None:
                 loaded = _loaded[entry.key] = launch.load(entry.cubin, entry.name, entry.dynamic_shared)
@@ -224,5 +224,8 @@ def _empty(kind: str, A, call: CallPlan):
             return cupy.empty(shape, dtype=dtype)
     from numba import cuda
 
+    from autotune.runtime import require_device_memory
+
+    require_device_memory(call.m * call.n * np.dtype(dtype).itemsize)  # PyTorch and CuPy refuse by themselves
     with cuda.gpus[device]:
         return cuda.device_array(shape, np.dtype(dtype))

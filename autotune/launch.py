@@ -139,6 +139,13 @@ def pointer_device(pointer: int) -> int:
     return int(check(driver.cuPointerGetAttribute(attribute, pointer), "cuPointerGetAttribute"))
 
 
+def current_device() -> int:
+    """The ordinal of the calling thread's current context's device; 0 if none is current."""
+    check(driver.cuInit(0), "cuInit")
+    err, ordinal = driver.cuCtxGetDevice()
+    return 0 if err else int(ordinal)
+
+
 @dataclass
 class LoadedKernel:
     """A cubin's kernel, loaded once per process (a CUlibrary is valid in every context)."""

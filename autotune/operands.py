@@ -75,12 +75,11 @@ def read_cai(x) -> Operand:
 
 
 def _pointer_device(pointer: int) -> int:
-    """The ordinal of the device holding `pointer`: __cuda_array_interface__ does not say."""
-    if pointer == 0:
-        return -1
-    from autotune.launch import pointer_device
+    """The ordinal of the device holding `pointer`: __cuda_array_interface__ does not say. An
+    empty array has no memory (pointer 0): it counts as on the current device."""
+    from autotune.launch import current_device, pointer_device
 
-    return pointer_device(pointer)
+    return current_device() if pointer == 0 else pointer_device(pointer)
 
 
 READERS: dict[str, Reader] = {"torch": read_torch, "cupy": read_cupy, "cai": read_cai}

@@ -201,12 +201,13 @@ def test_the_call_path_launches_on_the_callers_stream(monkeypatch):
 
 # Operands ---------------------------------------------------------------------------------
 
-def test_operands_are_read_from_each_kind():
+def test_operands_are_read_from_each_kind(monkeypatch):
     t = read_torch(FakeTensor((3, 4), contiguous=False))
     assert (t.pointer, tuple(t.shape), t.strides, t.device) == (0x7000, (3, 4), (4, 12), 0)
+    monkeypatch.setattr(launch, "pointer_device", lambda pointer: 3)  # the driver's answer
     cai = types.SimpleNamespace(__cuda_array_interface__={
-        "data": (0, False), "shape": (3, 4), "strides": (16, 4), "typestr": "<f4", "version": 3})
-    assert read_cai(cai) == Operand(0, (3, 4), None, "<f4", -1)  # C strides given explicitly read as contiguous
+        "data": (0x100, False), "shape": (3, 4), "strides": (16, 4), "typestr": "<f4", "version": 3})
+    assert read_cai(cai) == Operand(0x100, (3, 4), None, "<f4", 3)  # C strides given explicitly read as contiguous
     host = np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2]
     d = read_dlpack(host)
     assert (d.pointer, d.shape, d.strides, d.dtype, d.device) == (host.ctypes.data, (3, 2), (16, 8), np.float32, -1)
