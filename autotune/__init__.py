@@ -2,8 +2,9 @@
 
     from autotune import matmul, lookup
 
-Importing the package loads nothing heavy: numba is imported on first use of `matmul`/`lookup`,
-so NUMBA_ENABLE_CUDASIM (or `mmtune --simulate`) can still be set before that.
+Importing the package loads nothing heavy: numba is imported on first use of `lookup`, or of
+`matmul` when it has to compile or runs under the simulator, so NUMBA_ENABLE_CUDASIM (or
+`mmtune --simulate`) can still be set before that.
 """
 
 from __future__ import annotations
@@ -52,8 +53,12 @@ _check_kernels()
 
 
 def __getattr__(name: str):
-    if name in __all__:
-        from autotune import runtime
+    if name == "matmul":
+        from autotune.calls import matmul
 
-        return getattr(runtime, name)
+        return matmul
+    if name == "lookup":
+        from autotune.runtime import lookup
+
+        return lookup
     raise AttributeError(f"module 'autotune' has no attribute {name!r}")

@@ -156,7 +156,7 @@ def lookup(
     try:
         _use_simulator(simulate)
         from autotune.runtime import lookup as find
-        from kernels import OperandError
+        from autotune.operands import OperandError
 
         choice = find(m, n, k, dtype)
     except (UserError, OperandError) as error:
@@ -372,6 +372,27 @@ def cache_reset():
 
     moved = set_aside(default_path())
     typer.echo(f"moved {default_path()} to {moved}" if moved else f"no cache at {default_path()}")
+
+
+@app.command()
+def warm(
+    arch: str = typer.Option("sm_90", help="GPU architecture to compile for, like sm_90 or 9.0."),
+):
+    """Compile the kernels of the cache's and shipped rows for an architecture into the kernel store (no GPU needed)."""
+    try:
+        from autotune.cache import CacheError
+        from autotune.store import directory, parse_arch, warm as run
+
+        results = run(parse_arch(arch))
+    except (CacheError, ValueError) as error:
+        _fail(error)
+    for r in results:
+        shape = f"{r.row['m']}x{r.row['n']}x{r.row['k']}"
+        status = f"stored {r.key}" if r.key else f"failed: {r.error}"
+        typer.echo(f"{r.row['device']} {r.row['dtype']} {shape} {r.row['family']}: {status}")
+    typer.echo(f"{sum(bool(r.key) for r in results)} of {len(results)} kernels in {directory()}")
+    if any(r.error for r in results):
+        raise typer.Exit(1)
 
 
 @app.command()

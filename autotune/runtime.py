@@ -23,16 +23,14 @@ from functools import cache
 from typing import Callable
 
 import numpy as np
-from numba import cuda
 
 import kernels
 from autotune import backends, records
 from autotune.backends import Device
 from autotune.cache import Cache, CacheError, shape_distance, stale
+from autotune.operands import OperandError, check_arrays, check_elements, check_shapes
 from autotune.space import DEFAULT_FAMILY, DeviceLimits, default_config, infeasibility
-from kernels import DTYPES, Kernel, OperandError, check_operands
-
-is_cuda_ndarray = cuda.devicearray.is_cuda_ndarray  # the simulator's, under the simulator
+from kernels import DTYPES, GridTooLarge, Kernel
 
 NEAREST_MAX_DISTANCE = 3.0  # e.g. 8x along one dimension, or 2x along all three
 #: how closely the GPU a row was measured on matches this one, best first
@@ -60,7 +58,8 @@ class _Plan:
 
     shape: tuple[int, int]  # of C
     dtype: np.dtype
-    launch: Callable  # the configured kernel: launch(A, B, C)
+    launch: Callable  # the configured kernel: launch(A, B, C) on the default stream
+    kernel: Kernel
 
 
 _choices: dict[tuple, Choice] = {}
@@ -169,47 +168,65 @@ def kernel_for(choice: Choice, dtype: str) -> Kernel:
     return kernel
 
 
-def matmul(A, B, out=None):
-    """C = A @ B with the tuned kernel. A and B: NumPy arrays (copied to the GPU and back), or
-    device arrays (Numba, or anything with __cuda_array_interface__ such as CuPy and PyTorch),
-    used in place. Returns the same kind as A; `out`, if given, receives C and is returned."""
+def matmul(A, B, out=None, stream=None):
+    """C = A @ B through Numba's dispatcher (autotune.calls.matmul sends the simulator, NumPy
+    operands and MMTUNE_LAUNCH=numba here). A and B: NumPy arrays (copied to the GPU and back),
+    or device arrays (Numba, or anything with __cuda_array_interface__ such as CuPy and PyTorch),
+    used in place, launched on `stream` (a raw handle or a Numba stream; default: the default
+    stream). Returns the same kind as A; `out`, if given, receives C and is returned."""
     if isinstance(A, np.ndarray) or isinstance(B, np.ndarray):
         if not (isinstance(A, np.ndarray) and isinstance(B, np.ndarray)):
             raise OperandError("A and B must both be NumPy arrays or both be device arrays")
         return _host_matmul(A, B, out)
-    # The hot path: a repeated shape costs two dict lookups and a few attribute reads.
-    dA = A if is_cuda_ndarray(A) else _device_view(A, "A")
-    dB = B if is_cuda_ndarray(B) else _device_view(B, "B")
+    dA, dB = _device_view(A, "A"), _device_view(B, "B")
     key = (dA.shape, dB.shape, dA.dtype, dB.dtype)
     plan = _plans.get(key)
     if plan is None:
         plan = _plans[key] = _plan(dA, dB)
     if out is None:
         out = _empty_like(A, plan.shape, plan.dtype)
-    dC = out if is_cuda_ndarray(out) else _device_view(out, "out")
+    dC = _device_view(out, "out")
     if dC.shape != plan.shape or dC.dtype != plan.dtype:
         raise OperandError(f"out must be a {plan.shape[0]}x{plan.shape[1]} device array of {plan.dtype}")
     if not (dA.is_c_contiguous() and dB.is_c_contiguous() and dC.is_c_contiguous()):
-        check_operands(dA, dB, dC, plan.dtype.name)  # names the culprit
-    plan.launch(dA, dB, dC)
+        check_arrays(dA, dB, dC, plan.dtype.name)  # names the culprit
+    if stream:
+        plan.kernel.launcher(*plan.shape, _numba_stream(stream))(dA, dB, dC)
+    else:
+        plan.launch(dA, dB, dC)
     return out
 
 
+def _numba_stream(stream):
+    from numba import cuda
+
+    return cuda.external_stream(stream) if isinstance(stream, int) else stream
+
+
 def _plan(dA, dB) -> _Plan:
-    m, n, k, dtype = _product_shape(dA, dB)
+    m, n, k, dtype = check_shapes(dA, dB)
+    check_elements(m, n, k)
     kernel = kernel_for(lookup(m, n, k, dtype), dtype)
-    return _Plan((m, n), np.dtype(dtype), kernel.launcher(m, n))
+    try:
+        return _Plan((m, n), np.dtype(dtype), kernel.launcher(m, n), kernel)
+    except GridTooLarge as error:
+        raise OperandError(str(error)) from None
 
 
 def _host_matmul(A: np.ndarray, B: np.ndarray, out):
-    m, n, k, dtype = _product_shape(A, B)
+    m, n, k, dtype = check_shapes(A, B)
+    check_elements(m, n, k)
     if out is not None and (not isinstance(out, np.ndarray) or out.shape != (m, n) or out.dtype != A.dtype):
         raise OperandError(f"out must be a {m}x{n} NumPy array of {dtype}")
     require_device_memory((m * k + k * n + m * n) * A.dtype.itemsize)
-    dC = cuda.device_array((m, n), A.dtype)
-    kernel_for(lookup(m, n, k, dtype), dtype)(
-        cuda.to_device(np.ascontiguousarray(A)), cuda.to_device(np.ascontiguousarray(B)), dC
-    )
+    backend = backends.current()
+    dC = backend.empty((m, n), A.dtype)
+    kernel = kernel_for(lookup(m, n, k, dtype), dtype)
+    try:
+        launch = kernel.launcher(m, n)
+    except GridTooLarge as error:
+        raise OperandError(str(error)) from None
+    launch(backend.to_device(np.ascontiguousarray(A)), backend.to_device(np.ascontiguousarray(B)), dC)
     if out is None:
         return dC.copy_to_host()
     if out.flags.c_contiguous:
@@ -218,34 +235,16 @@ def _host_matmul(A: np.ndarray, B: np.ndarray, out):
     return out
 
 
-def _product_shape(A, B) -> tuple[int, int, int, str]:
-    for name, x in (("A", A), ("B", B)):
-        if len(x.shape) != 2:
-            raise OperandError(f"{name} must be 2-D, got shape {tuple(x.shape)}")
-    if A.dtype != B.dtype:
-        raise OperandError(f"A and B differ in dtype: {A.dtype} and {B.dtype}")
-    dtype = np.dtype(A.dtype).name
-    if dtype not in DTYPES:
-        raise OperandError(f"unsupported dtype {dtype}; supported: {', '.join(DTYPES)}")
-    (m, k), (k2, n) = A.shape, B.shape
-    if k != k2:
-        raise OperandError(f"inner dimensions differ: A is {m}x{k}, B is {k2}x{n}")
-    return m, n, k, dtype
-
-
 def _device_view(x, name: str):
-    if hasattr(x, "__cuda_array_interface__") and hasattr(cuda, "as_cuda_array"):  # not in the simulator
-        return cuda.as_cuda_array(x)
-    raise OperandError(f"{name} is a {type(x).__name__}: expected a NumPy array or a CUDA device array")
-
-
-def free_device_memory() -> float:
-    return cuda.current_context().get_memory_info().free
+    view = backends.current().device_view(x)
+    if view is None:
+        raise OperandError(f"{name} is a {type(x).__name__}: expected a NumPy array or a CUDA device array")
+    return view
 
 
 def require_device_memory(nbytes: int) -> None:
     """Refuse, with a clear error, a product that cannot fit in the GPU's free memory."""
-    free = free_device_memory()
+    free = backends.current().free_memory()
     if nbytes > free:
         raise OperandError(f"the product needs {nbytes / 2**30:.2f} GiB on the GPU; {free / 2**30:.2f} GiB is free")
 
@@ -262,4 +261,4 @@ def _empty_like(A, shape, dtype):
         import torch
 
         return torch.empty(shape, dtype=A.dtype, device=A.device)
-    return cuda.device_array(shape, dtype)
+    return backends.current().empty(shape, dtype)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -136,11 +137,23 @@ def tune(request: TuneRequest, measurer: Measurer | None = None, cache_path: Pat
     if row is not None:
         row.update(trials=len(measured), study=name)
         written = cache.record(row, kernels.source_hashes())
+        _keep_kernel(cache.get(row["device"], request.dtype, *request.shape) or row)
     return TuneResult(
         row=row, written=written, study_name=name, storage=spec, trials=len(measured),
         new_trials=len(measured) - before, failed=sum(t.state == optuna.trial.TrialState.FAIL for t in measured),
         wall_s=time.perf_counter() - started,
     )
+
+
+def _keep_kernel(row: dict) -> None:
+    """Compile the cache's kernel for this shape into the kernel store (autotune.store), so that a
+    fresh process launches it without compiling; a failure there does not fail the tune."""
+    from autotune import store
+
+    try:
+        store.keep(row)
+    except (store.StoreError, OSError, ValueError) as error:
+        warnings.warn(f"mmtune: the kernel was not kept in the kernel store: {error}", stacklevel=2)
 
 
 def _search(request: TuneRequest, study, measurer, limits, lock_dir: Path, name: str, spec: str, goal: int,

@@ -15,7 +15,7 @@ from functools import cache
 from types import ModuleType
 
 from . import base, intrinsics, tiles
-from .base import DTYPES, Config, DeviceLimits, Family, Kernel, OperandError, check_operands
+from .base import DTYPES, Config, DeviceLimits, Family, GridTooLarge, Kernel
 
 #: the mark autotune looks for in this file: PyPI's `kernels` distribution installs another top-level `kernels`
 __mmtune__ = True
@@ -63,6 +63,6 @@ def source_hashes() -> dict[str, str]:
 
 
 __all__ = [
-    "DTYPES", "FAMILIES", "Config", "DeviceLimits", "Family", "Kernel", "OperandError", "build", "check_operands",
-    "family", "source_hash", "source_hashes",
+    "DTYPES", "FAMILIES", "Config", "DeviceLimits", "Family", "GridTooLarge", "Kernel", "build", "family",
+    "source_hash", "source_hashes",
 ]

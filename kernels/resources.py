@@ -76,24 +76,33 @@ def _device_functions_target(cc: tuple[int, int]):
 
 def compile_report(kernel: Kernel, cc: tuple[int, int] = HOPPER) -> Resources:
     """Compile `kernel` for compute capability `cc` and return the assembler's resource report."""
+    _, log = link(ptx(kernel, cc), cc, kernel.family)
+    return parse_report(log, cc)
+
+
+def link(text: str, cc: tuple[int, int], name: str) -> tuple[bytes, str]:
+    """Assemble PTX into a cubin for `cc` with nvJitLink: (cubin, the assembler's -v log)."""
     from cuda.bindings import nvjitlink
 
-    code = ptx(kernel, cc).encode()
+    code = text.encode()
     options = [f"-arch=sm_{cc[0]}{cc[1]}", "-verbose"]
     handle = nvjitlink.create(len(options), options)
     try:
-        nvjitlink.add_data(handle, nvjitlink.InputType.PTX, code, len(code), kernel.family)
+        nvjitlink.add_data(handle, nvjitlink.InputType.PTX, code, len(code), name)
         try:
             nvjitlink.complete(handle)
         finally:
             log = _info_log(handle)
-        if nvjitlink.get_linked_cubin_size(handle) == 0:  # pragma: no cover
+        size = nvjitlink.get_linked_cubin_size(handle)
+        if size == 0:  # pragma: no cover
             raise RuntimeError(f"nvJitLink produced no code:\n{log}")
+        cubin = bytearray(size)
+        nvjitlink.get_linked_cubin(handle, cubin)
     except nvjitlink.nvJitLinkError as error:
         raise RuntimeError(f"nvJitLink failed ({error}):\n{_error_log(handle)}") from None
     finally:
         nvjitlink.destroy(handle)
-    return parse_report(log, cc)
+    return bytes(cubin), log
 
 
 def _info_log(handle) -> str:

@@ -14,7 +14,7 @@ from numba import cuda
 import kernels
 from autotune.measure import poison_value, random_inputs, reference, relative_error, error_bound
 from autotune.space import DeviceLimits, feasible_configs
-from kernels import OperandError
+from autotune.operands import OperandError, check_arrays
 
 DTYPES = list(kernels.DTYPES)
 
@@ -140,30 +140,27 @@ def test_int32_wraps_like_numpy():
     ],
 )
 def test_operand_shapes_are_checked(A, B, C, message):
-    kernel = kernels.build("naive", kernels.family("naive").default, "float32")
     arrays = [np.ones(s, np.float32) for s in (A, B, C)]
     with pytest.raises(OperandError, match=message):
-        kernel(*arrays)
+        check_arrays(*arrays, "float32")
 
 
 def test_operands_must_be_c_contiguous_and_of_the_kernel_dtype():
-    kernel = kernels.build("naive", kernels.family("naive").default, "float32")
     A = np.ones((4, 4), np.float32)
     with pytest.raises(OperandError, match="B is not C-contiguous"):
-        kernel(A, np.ones((4, 4), np.float32).T.copy(order="F"), np.ones((4, 4), np.float32))
+        check_arrays(A, np.ones((4, 4), np.float32).T.copy(order="F"), np.ones((4, 4), np.float32), "float32")
     with pytest.raises(OperandError, match="A has dtype float64"):
-        kernel(A.astype(np.float64), A, A)
+        check_arrays(A.astype(np.float64), A, A, "float32")
 
 
 def test_operands_beyond_32_bit_offsets_are_refused():
     """The kernels address elements with 32-bit offsets (kernels.intrinsics)."""
     from types import SimpleNamespace
 
-    kernel = kernels.build("vector", kernels.family("vector").default, "float32")
     huge = SimpleNamespace(shape=(2**16, 2**16), dtype=np.float32, flags={"C_CONTIGUOUS": True})
     small = np.ones((2**16, 4), np.float32)
     with pytest.raises(OperandError, match="A has 4,294,967,296 elements"):
-        kernel(huge, small, small)
+        check_arrays(huge, small, small, "float32")
 
 
 def test_unknown_family_and_dtype_are_refused():

@@ -16,7 +16,7 @@ import autotune.records
 from autotune import runtime
 from autotune.cache import Cache
 from autotune.measure import error_bound, random_inputs, reference, relative_error
-from kernels import OperandError
+from autotune.operands import OperandError
 
 DEVICE = runtime._device()
 SMALL = {"bm": 16, "bn": 32, "bk": 8, "tm": 2, "tn": 4, "pad": 1, "mapping": "strided", "prefetch": True}

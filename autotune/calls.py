@@ -1,0 +1,231 @@
+"""matmul(A, B, out=None, stream=None): device arrays through driver plans, the rest through Numba.
+
+On a real GPU, a call on device arrays reads each operand's pointer, shape, strides, dtype and
+device (autotune.operands), finds the plan built for those on the first such call, and launches
+it (autotune.launch) on the caller's stream: `stream` if given, else PyTorch's current stream for
+torch tensors, CuPy's for CuPy arrays, the default stream for others. It never waits for the GPU.
+A plan is built once per (shapes, strides, dtypes, devices): the checks run then, the config
+comes from the kernel store's memory of this shape or from `lookup`, the cubin from the store
+(compiled into it if missing). During CUDA graph capture a missing plan is an error, since
+building one would compile, load or allocate.
+
+NumPy operands, the CUDA simulator, and MMTUNE_LAUNCH=numba (a debug fallback) go through
+Numba's dispatcher (autotune.runtime). Nothing here imports numba on the driver path.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from autotune import launch, store
+from autotune.operands import Operand, OperandError, check_product, dtype_name, kind_of, reader
+
+ENV = "MMTUNE_LAUNCH"  # "numba": launch through Numba's dispatcher, for debugging
+
+
+@dataclass
+class CallPlan:
+    kind: str  # of A: decides the current stream and what a new C is
+    m: int
+    n: int
+    dtype: str
+    out_key: tuple  # (shape, strides, dtype, device) a matching `out` reads as
+    plan: launch.Plan | None  # None: C is empty, nothing to launch
+    family: str
+    config: dict
+
+
+_plans: dict[tuple, CallPlan] = {}
+_readers: dict[type, tuple] = {}  # type -> (kind, reader)
+_loaded: dict[str, launch.LoadedKernel] = {}
+_build_lock = threading.Lock()
+_backend: list[str] = []  # "driver" or "numba", decided on the first call
+
+
+def clear() -> None:
+    """Forget plans and the chosen backend (after tuning in this process, or in tests)."""
+    _plans.clear()
+    _readers.clear()
+    _backend.clear()
+
+
+def backend() -> str:
+    if not _backend:
+        _backend.append("driver" if _driver_wanted() else "numba")
+    return _backend[0]
+
+
+def _driver_wanted() -> bool:
+    if os.environ.get(ENV, "driver") == "numba" or simulated():
+        return False
+    return launch.driver_available()
+
+
+def simulated() -> bool:
+    """NUMBA_ENABLE_CUDASIM, read as numba does, without importing numba if it is not loaded yet."""
+    if "numba" in sys.modules:
+        from numba import config
+
+        return bool(config.ENABLE_CUDASIM)
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
+def matmul(A, B, out=None, stream=None):
+    """C = A @ B with the tuned kernel. A and B: NumPy arrays (copied to the GPU and back), or
+    device arrays (PyTorch, CuPy, Numba, or anything with __cuda_array_interface__ or
+    __dlpack__), used in place and launched on the caller's current stream or on `stream`.
+    Returns the same kind as A; `out`, if given, receives C and is returned."""
+    found_a, found_b = _readers.get(type(A)), _readers.get(type(B))
+    if found_a is None or found_b is None:
+        return _first_sight(A, B, out, stream)
+    kind, read = found_a
+    a, b = read(A), found_b[1](B)
+    key = (a.shape, b.shape, a.strides, b.strides, a.dtype, b.dtype, a.device, b.device)
+    call = _plans.get(key)
+    if call is None:
+        call = _build(key, kind, a, b, stream)
+    if out is None:
+        out = _empty(kind, A, call)
+        c = _read(out)
+    else:
+        c = _read(out)
+        if (c.shape, c.strides, c.dtype, c.device) != call.out_key:
+            _check_out(a, b, c, call)
+    if call.plan is not None:
+        raw = current_stream(kind, a.device) if stream is None else launch.stream_handle(stream)
+        call.plan.launch(a.pointer, b.pointer, c.pointer, raw)
+    return out
+
+
+def current_stream(kind: str, device: int) -> int:
+    return launch.current_stream(kind, device)
+
+
+def _check_out(a: Operand, b: Operand, c: Operand, call: CallPlan) -> None:
+    """Refuse an `out` that does not fit; let through one of another kind (a CuPy C for torch A)."""
+    if tuple(c.shape) != (call.m, call.n) or dtype_name(c.dtype) != call.dtype:
+        raise OperandError(f"out must be a {call.m}x{call.n} device array of {call.dtype}")
+    check_product(a, b, c)
+
+
+def _read(x) -> Operand:
+    found = _readers.get(type(x)) or _register(x, "out")
+    return found[1](x)
+
+
+def _register(x, name: str):
+    kind = kind_of(x)
+    if kind == "host":
+        raise OperandError(f"{name} is a {type(x).__name__}: expected a NumPy array or a CUDA device array")
+    found = _readers[type(x)] = (kind, reader(kind))
+    return found
+
+
+def _first_sight(A, B, out, stream):
+    """A call with an operand type not seen before: NumPy, the simulator and the Numba fallback
+    go to autotune.runtime; on the driver path the types' readers are registered."""
+    if isinstance(A, np.ndarray) or isinstance(B, np.ndarray) or backend() == "numba":
+        from autotune import runtime
+
+        if stream is None and not isinstance(A, np.ndarray) and not simulated():
+            stream = _caller_stream(A)
+        return runtime.matmul(A, B, out, stream)
+    _register(A, "A")
+    _register(B, "B")
+    return matmul(A, B, out, stream)
+
+
+def _caller_stream(A) -> int:
+    """The current stream for A's kind, for Numba's launcher (MMTUNE_LAUNCH=numba)."""
+    kind = kind_of(A)
+    if kind in ("torch", "cupy"):
+        return current_stream(kind, reader(kind)(A).device)
+    return 0
+
+
+def _build(key: tuple, kind: str, a: Operand, b: Operand, stream) -> CallPlan:
+    m, n, k, dtype = check_product(a, b)
+    with _build_lock:
+        call = _plans.get(key)
+        if call is not None:
+            return call
+        device = launch.device(a.device)
+        device.make_current()
+        raw = current_stream(kind, a.device) if stream is None else launch.stream_handle(stream)
+        _refuse_during_capture(raw, m, n, k, dtype, a.device)
+        family, config, plan = "", {}, None
+        if m and n:  # an empty C needs no kernel (and CUDA refuses an empty grid)
+            family, config, entry = find_entry(_device_name(device), device.cc, m, n, k, dtype)
+            loaded = _loaded.get(entry.key)
+            if loaded is None:
+                loaded = _loaded[entry.key] = launch.load(entry.cubin, entry.name, entry.dynamic_shared)
+            itemsize = np.dtype(dtype).itemsize
+            words, slots = launch.pack_arguments([(m, k), (k, n), (m, n)], itemsize)
+            zero = m * n * itemsize // 4 if entry.splits > 1 else 0
+            plan = launch.Plan(loaded, device, launch.grid_for(m, n, entry.tile, entry.splits), entry.block,
+                               words, slots, zero)
+        call = _plans[key] = CallPlan(kind, m, n, dtype, ((m, n), None, a.dtype, a.device), plan, family, config)
+        return call
+
+
+def _refuse_during_capture(raw: int, m: int, n: int, k: int, dtype: str, device: int) -> None:
+    try:
+        capturing = launch.capturing(raw)
+    except launch.LaunchError as error:  # querying another stream during a global-mode capture
+        capturing = "CAPTURE" in str(error)
+    if capturing:
+        raise launch.CaptureError(
+            f"matmul has no plan for {m}x{k} @ {k}x{n} {dtype} on cuda:{device} and the stream is being "
+            "captured into a CUDA graph; call matmul once with these operands before capturing"
+        )
+
+
+_names: dict[int, str] = {}
+
+
+def _device_name(device: launch.Device) -> str:
+    name = _names.get(device.ordinal)
+    if name is None:
+        name = _names[device.ordinal] = device.name
+    return name
+
+
+def find_entry(device_name: str, cc: tuple[int, int], m: int, n: int, k: int, dtype: str):
+    """(family, config, store entry) for a shape on a GPU model: from the store when it remembers
+    the shape (numba stays unloaded), else from `lookup` and, if missing, compiled into the store."""
+    found = store.recall(device_name, dtype, (m, n, k))
+    if found is None:
+        from autotune.runtime import lookup
+
+        choice = lookup(m, n, k, dtype)
+        found = (choice.family, choice.config)
+        try:
+            store.remember(device_name, dtype, (m, n, k), *found)
+        except OSError as error:
+            warnings.warn(f"mmtune: cannot write to the kernel store: {error}", stacklevel=3)
+    family, config = found
+    return family, config, store.get(family, config, dtype, cc)
+
+
+def _empty(kind: str, A, call: CallPlan):
+    """A new C of the same kind as A, on A's device (PyTorch, CuPy, else a Numba device array)."""
+    shape, dtype, device = (call.m, call.n), call.out_key[2], call.out_key[3]
+    if kind == "torch":
+        return sys.modules["torch"].empty(shape, dtype=dtype, device=A.device)
+    if kind == "cupy":
+        cupy = sys.modules["cupy"]
+        with cupy.cuda.Device(device):
+            return cupy.empty(shape, dtype=dtype)
+    from numba import cuda
+
+    from autotune.runtime import require_device_memory
+
+    require_device_memory(call.m * call.n * np.dtype(dtype).itemsize)  # PyTorch and CuPy refuse by themselves
+    with cuda.gpus[device]:
+        return cuda.device_array(shape, np.dtype(dtype))

@@ -1,0 +1,215 @@
+"""matmul's operands, read cheaply, and every check on them in one place.
+
+A call on device arrays must not build a wrapper per operand, so each kind of array has a reader
+returning a plain tuple `(pointer, shape, strides, dtype, device)`: `strides` is None when the
+array is C-contiguous (so a contiguous array costs no stride arithmetic), `dtype` is whatever
+token the kind uses (torch.float32, a NumPy dtype, a typestr), `device` the CUDA ordinal (-1 on
+the host). Readers: PyTorch tensors (`data_ptr()`), CuPy arrays, anything with
+`__cuda_array_interface__` (Numba device arrays among them) and anything with `__dlpack__`.
+The checks that depend on shapes, dtypes and devices run once, when a plan is built
+(`check_product`); per call only the plan's key (shapes, strides, dtypes, devices) is compared.
+No numba here: a fresh process reads operands and launches without it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+#: the element types kernels are built for (kernels.DTYPES, whose module imports numba)
+DTYPES = ("float32", "float64", "int32")
+#: kernels compute element offsets in 32 bits (kernels.intrinsics.MAX_ELEMENTS)
+MAX_ELEMENTS = 2**32
+
+
+class OperandError(ValueError):
+    """The operands do not fit the kernel: shape, dtype, layout or device."""
+
+
+class Operand(NamedTuple):
+    pointer: int
+    shape: tuple
+    strides: tuple | None  # bytes; None when C-contiguous
+    dtype: object  # the kind's own dtype token; dtype_name() turns it into "float32" etc.
+    device: int  # CUDA ordinal; -1 on the host
+
+
+Reader = Callable[[object], Operand]
+
+
+def kind_of(x) -> str:
+    """torch, cupy, cai (anything with __cuda_array_interface__, Numba's arrays too), dlpack, or
+    host (NumPy and whatever else matmul copies through the host)."""
+    module = type(x).__module__.split(".")[0]
+    if module == "torch" and hasattr(x, "data_ptr"):
+        return "torch"
+    if module == "cupy" and hasattr(x, "__cuda_array_interface__"):
+        return "cupy"
+    if hasattr(x, "__cuda_array_interface__"):
+        return "cai"
+    if hasattr(x, "__dlpack__") and not isinstance(x, np.ndarray):
+        return "dlpack"
+    return "host"
+
+
+def read_torch(t) -> Operand:
+    return Operand(t.data_ptr(), t.shape, None if t.is_contiguous() else _torch_strides(t), t.dtype, t.get_device())
+
+
+def _torch_strides(t) -> tuple:
+    return tuple(s * t.element_size() for s in t.stride())
+
+
+def read_cupy(x) -> Operand:
+    return Operand(x.data.ptr, x.shape, None if x.flags.c_contiguous else x.strides, x.dtype, x.device.id)
+
+
+def read_cai(x) -> Operand:
+    cai = x.__cuda_array_interface__
+    pointer, shape, strides = cai["data"][0], tuple(cai["shape"]), cai.get("strides")
+    if strides is not None and tuple(strides) == c_strides(shape, np.dtype(cai["typestr"]).itemsize):
+        strides = None
+    return Operand(pointer, shape, None if strides is None else tuple(strides), cai["typestr"], _pointer_device(pointer))
+
+
+def _pointer_device(pointer: int) -> int:
+    """The ordinal of the device holding `pointer`: __cuda_array_interface__ does not say. An
+    empty array has no memory (pointer 0): it counts as on the current device."""
+    from autotune.launch import current_device, pointer_device
+
+    return current_device() if pointer == 0 else pointer_device(pointer)
+
+
+READERS: dict[str, Reader] = {"torch": read_torch, "cupy": read_cupy, "cai": read_cai}
+
+
+def reader(kind: str) -> Reader:
+    if kind == "dlpack":
+        return read_dlpack
+    return READERS[kind]
+
+
+def c_strides(shape: tuple, itemsize: int) -> tuple:
+    strides, step = [], itemsize
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= extent
+    return tuple(reversed(strides))
+
+
+def dtype_name(token) -> str:
+    """"float32" for torch.float32, np.dtype('float32'), '<f4'; the name for other types too."""
+    text = str(token)
+    if text.startswith("torch."):
+        return text[len("torch."):]
+    try:
+        return np.dtype(token).name
+    except TypeError:
+        return text
+
+
+# DLPack: a capsule holding a DLManagedTensor (dlpack.h); read it, leave it to its owner.
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32), ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+_DL_CODES = {0: "int", 1: "uint", 2: "float"}
+_DL_CUDA = 2
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def read_dlpack(x) -> Operand:
+    """An operand known only through __dlpack__ (the slow way: one capsule per call)."""
+    capsule = x.__dlpack__()
+    tensor = _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
+    shape = tuple(tensor.shape[i] for i in range(tensor.ndim))
+    itemsize = tensor.dtype.bits // 8
+    dtype = np.dtype(f"{_DL_CODES.get(tensor.dtype.code, 'void')}{tensor.dtype.bits}") if tensor.dtype.lanes == 1 else None
+    strides = None
+    if tensor.strides:
+        strides = tuple(tensor.strides[i] * itemsize for i in range(tensor.ndim))
+        if strides == c_strides(shape, itemsize):
+            strides = None
+    device = tensor.device.device_id if tensor.device.device_type == _DL_CUDA else -1
+    return Operand((tensor.data or 0) + tensor.byte_offset, shape, strides, dtype, device)
+
+
+def check_product(A: Operand, B: Operand, C: Operand | None = None) -> tuple[int, int, int, str]:
+    """(M, N, K, dtype) of A @ B on one GPU, or a one-line OperandError naming the culprit.
+    Everything a kernel would misread is refused: never a silent copy, never a wrong result."""
+    m, n, k, dtype = check_shapes(A, B, C)
+    check_elements(m, n, k)
+    for name, x in (("A", A), ("B", B)) + ((("C", C),) if C is not None else ()):
+        if x.device < 0:
+            raise OperandError(f"{name} is not on a CUDA device; pass GPU arrays, or NumPy arrays for both")
+        if x.device != A.device:
+            raise OperandError(f"{name} is on cuda:{x.device} and A on cuda:{A.device}; put them on one GPU")
+        if x.strides is not None:
+            raise OperandError(f"{name} is not C-contiguous; pass a contiguous copy")
+    return m, n, k, dtype
+
+
+def check_shapes(A, B, C=None) -> tuple[int, int, int, str]:
+    """(M, N, K, dtype) from anything with .shape and .dtype (operands, NumPy or Numba arrays)."""
+    for name, x in (("A", A), ("B", B)) + ((("C", C),) if C is not None else ()):
+        if len(x.shape) != 2:
+            raise OperandError(f"{name} must be 2-D, got shape {tuple(x.shape)}")
+    dtype = dtype_name(A.dtype)
+    if dtype_name(B.dtype) != dtype:
+        raise OperandError(f"A and B differ in dtype: {dtype} and {dtype_name(B.dtype)}")
+    if dtype not in DTYPES:
+        raise OperandError(f"unsupported dtype {dtype}; supported: {', '.join(DTYPES)}")
+    (m, k), (k2, n) = A.shape, B.shape
+    if k != k2:
+        raise OperandError(f"inner dimensions differ: A is {m}x{k}, B is {k2}x{n}")
+    if C is not None:
+        if dtype_name(C.dtype) != dtype:
+            raise OperandError(f"C has dtype {dtype_name(C.dtype)}, the kernel was built for {dtype}")
+        if tuple(C.shape) != (m, n):
+            raise OperandError(f"C must be {m}x{n}, got {C.shape[0]}x{C.shape[1]}")
+    return m, n, k, dtype
+
+
+def check_elements(m: int, n: int, k: int) -> None:
+    """Kernels offset elements in 32 bits: a larger operand would be read and written wrongly."""
+    for name, count in (("A", m * k), ("B", k * n), ("C", m * n)):
+        if count >= MAX_ELEMENTS:
+            raise OperandError(f"{name} has {count:,} elements; kernels address at most 2**32 - 1")
+
+
+def check_arrays(A, B, C, dtype: str) -> None:
+    """Refuse, with a clear error, host or device arrays (anything with .shape, .dtype and
+    C-contiguity flags) that a kernel built for `dtype` would misread: a strided view is refused,
+    never silently copied."""
+    for name, x in (("A", A), ("B", B), ("C", C)):
+        if len(x.shape) != 2:
+            raise OperandError(f"{name} must be 2-D, got shape {tuple(x.shape)}")
+        if dtype_name(x.dtype) != dtype:
+            raise OperandError(f"{name} has dtype {dtype_name(x.dtype)}, the kernel was built for {dtype}")
+        if not _c_contiguous(x):
+            raise OperandError(f"{name} is not C-contiguous; pass a contiguous copy")
+    m, n, k, _ = check_shapes(A, B, C)
+    check_elements(m, n, k)
+
+
+def _c_contiguous(x) -> bool:
+    flags = getattr(x, "flags", None)
+    if flags is not None:
+        return bool(flags["C_CONTIGUOUS"])
+    return bool(x.is_c_contiguous())

@@ -1,0 +1,340 @@
+"""Compiled kernels kept on disk, so that a process launches a tuned kernel without compiling it.
+
+An entry is one file, `<key>.cubin`: MAGIC, a 4-byte header length, a JSON header, the cubin.
+The header says all a launch needs (entry name, block, tile, splits, shared bytes, argument
+layout), so loading an entry needs cuda.bindings and neither numba nor the kernel modules (both
+import numba, which costs more than the whole launch). The key hashes everything that changes
+the binary: family, config, argument layout, offset width, dtype, target architecture, the
+kernel sources, and the numba-cuda, NVVM and nvJitLink versions (launch bounds follow from the
+config and the sources). Entries are written atomically (a temporary file renamed over); one
+that is truncated, corrupt or holds another key reads as missing and is rebuilt.
+
+The source part of the key is a hash of the files of the `kernels` package, found without
+importing it and memoized by (name, mtime, size) in `sources.json`, so a load hashes nothing.
+
+`shapes/` remembers, per (GPU model, dtype, shape), which config `lookup` chose, stamped with
+the cache file's mtime and size: a fresh process whose cache has not changed since finds its
+kernel without asking `lookup` (which imports numba). A changed cache makes it ask again.
+
+Directory: MMTUNE_KERNELS, else `kernels/` in the platform's user cache dir (platformdirs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import struct
+import tempfile
+import warnings
+from dataclasses import dataclass
+from functools import cache
+from importlib.metadata import PackageNotFoundError, version
+from importlib.util import find_spec
+from pathlib import Path
+
+ENV = "MMTUNE_KERNELS"
+FORMAT = 1
+MAGIC = b"MMTUNE-CUBIN\n"
+#: the arguments every family's kernel takes: A, B, C as C-contiguous 2-D arrays (9 words each)
+LAYOUT = {"arrays": 3, "ndim": 2, "order": "C", "words_per_array": 9, "word_bytes": 8}
+OFFSET_BITS = 32
+TOOLCHAIN_PACKAGES = {"numba_cuda": "numba-cuda", "nvvm": "nvidia-nvvm", "nvjitlink": "nvidia-nvjitlink"}
+
+
+class StoreError(RuntimeError):
+    """A kernel could not be built for the store (compile or link failed)."""
+
+
+def directory() -> Path:
+    env = os.environ.get(ENV)
+    if env:
+        return Path(env).expanduser()
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("mmtune")) / "kernels"
+
+
+def arch(cc: tuple[int, int]) -> str:
+    return f"sm_{cc[0]}{cc[1]}"
+
+
+def parse_arch(text: str) -> tuple[int, int]:
+    """(9, 0) from sm_90, 90 or 9.0."""
+    match = re.fullmatch(r"(?:sm_)?(\d)\.?(\d)", text.strip())
+    if match is None:
+        raise ValueError(f"architecture must look like sm_90 or 9.0; got {text!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+@cache
+def toolchain() -> dict:
+    """Versions of the packages that turn a kernel into a cubin ("" where one is not installed)."""
+    found = {}
+    for name, package in TOOLCHAIN_PACKAGES.items():
+        try:
+            found[name] = version(package)
+        except PackageNotFoundError:
+            found[name] = ""
+    return found
+
+
+def kernel_sources() -> list[Path]:
+    """The `kernels` package's files, found without importing it (importing it imports numba)."""
+    spec = find_spec("kernels")
+    if spec is None or not spec.submodule_search_locations:
+        raise StoreError("the kernels package is not installed")
+    return sorted(Path(spec.submodule_search_locations[0]).glob("*.py"))
+
+
+def source_hash(root: Path | None = None) -> str:
+    """A hash of every kernels/*.py (any change rebuilds every entry: safe, and cheap to check).
+    Files are hashed only when their mtime or size changed since the memo in sources.json."""
+    root = root or directory()
+    memo_path = root / "sources.json"
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    if not isinstance(memo, dict):
+        memo = {}
+    digests, changed = [], False
+    for path in kernel_sources():
+        stat = path.stat()
+        stamp = [stat.st_mtime_ns, stat.st_size]
+        known = memo.get(str(path))
+        if not (isinstance(known, list) and len(known) == 3 and known[:2] == stamp):
+            known = memo[str(path)] = [*stamp, hashlib.sha256(path.read_bytes()).hexdigest()]
+            changed = True
+        digests.append(f"{path.name}:{known[2]}")
+    if changed:
+        _write_atomically(memo_path, json.dumps(memo, indent=1).encode())
+    return hashlib.sha256("\n".join(digests).encode()).hexdigest()[:16]
+
+
+def key_parts(family: str, config: dict, dtype: str, cc: tuple[int, int], root: Path | None = None) -> dict:
+    return {
+        "format": FORMAT, "family": family, "config": json.dumps(config, sort_keys=True), "dtype": dtype,
+        "layout": LAYOUT, "offset_bits": OFFSET_BITS, "arch": arch(cc), "source": source_hash(root), **toolchain(),
+    }
+
+
+def entry_key(parts: dict) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Entry:
+    key: str
+    header: dict
+    cubin: bytes
+
+    @property
+    def name(self) -> str:
+        return self.header["entry"]
+
+    @property
+    def block(self) -> tuple[int, ...]:
+        return tuple(self.header["block"])
+
+    @property
+    def tile(self) -> tuple[int, int]:
+        return tuple(self.header["tile"])
+
+    @property
+    def splits(self) -> int:
+        return self.header["splits"]
+
+    @property
+    def dynamic_shared(self) -> int:
+        return self.header["dynamic_shared"]
+
+
+def encode(entry: Entry) -> bytes:
+    header = json.dumps({**entry.header, "key": entry.key}, sort_keys=True).encode()
+    return MAGIC + struct.pack(">I", len(header)) + header + entry.cubin
+
+
+def decode(data: bytes) -> Entry | None:
+    """The entry in `data`, or None if it is not a whole, well-formed entry."""
+    if not data.startswith(MAGIC) or len(data) < len(MAGIC) + 4:
+        return None
+    (size,) = struct.unpack(">I", data[len(MAGIC):len(MAGIC) + 4])
+    start = len(MAGIC) + 4
+    try:
+        header = json.loads(data[start:start + size])
+    except ValueError:
+        return None
+    cubin = data[start + size:]
+    if not isinstance(header, dict) or not cubin or header.get("cubin_sha256") != hashlib.sha256(cubin).hexdigest():
+        return None
+    key = header.pop("key", None)
+    if not isinstance(key, str) or entry_key(header.get("parts", {})) != key:
+        return None
+    return Entry(key, header, cubin)
+
+
+def path_of(key: str, root: Path | None = None) -> Path:
+    return (root or directory()) / f"{key}.cubin"
+
+
+def read(parts: dict, root: Path | None = None) -> Entry | None:
+    """The stored entry for `parts`, or None: missing, corrupt, or another key's (foreign)."""
+    key = entry_key(parts)
+    try:
+        data = path_of(key, root).read_bytes()
+    except OSError:
+        return None
+    entry = decode(data)
+    if entry is None or entry.key != key or entry.header.get("parts") != parts:
+        return None
+    return entry
+
+
+def write(entry: Entry, root: Path | None = None) -> Path:
+    path = path_of(entry.key, root)
+    _write_atomically(path, encode(entry))
+    return path
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Readers see the old file or the new one, never a part: write aside, then rename over."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def build(family: str, config: dict, dtype: str, cc: tuple[int, int], root: Path | None = None) -> Entry:
+    """Compile (no GPU needed: NVVM, then nvJitLink) and describe one kernel; imports numba."""
+    import kernels
+    from kernels.resources import link, parse_report, ptx
+
+    parts = key_parts(family, config, dtype, cc, root)
+    kernel = kernels.build(family, config, dtype)
+    try:
+        text = ptx(kernel, cc)
+        cubin, log = link(text, cc, family)
+    except Exception as error:  # NVVM, nvJitLink and Numba's typing raise many kinds
+        raise StoreError(f"{family} {parts['config']} does not compile for {arch(cc)}: {error}") from None
+    name, params = entry_parameters(text)
+    words = LAYOUT["arrays"] * LAYOUT["words_per_array"]
+    if len(params) != words or any(p != ".u64" for p in params):
+        raise StoreError(f"{family} kernel takes parameters {params}, not the {words} 8-byte words of {LAYOUT}")
+    resources = parse_report(log, cc)
+    header = {
+        "parts": parts, "entry": name, "block": list(kernel.block), "tile": list(kernel.tile),
+        "splits": kernel.splits, "launch_bounds": list(kernel.launch_bounds), "dynamic_shared": 0,
+        "static_shared": resources.shared_bytes, "registers": resources.registers,
+        "cubin_sha256": hashlib.sha256(cubin).hexdigest(),
+    }
+    return Entry(entry_key(parts), header, cubin)
+
+
+def entry_parameters(ptx_text: str) -> tuple[str, list[str]]:
+    """(entry name, parameter types) of the one `.entry` in a module's PTX."""
+    match = re.search(r"\.entry\s+(\S+)\s*\((.*?)\)", ptx_text, re.S)
+    if match is None:
+        raise StoreError("no .entry in the kernel's PTX")
+    return match.group(1), re.findall(r"\.param\s+(\.\w+)", match.group(2))
+
+
+def get(family: str, config: dict, dtype: str, cc: tuple[int, int], root: Path | None = None) -> Entry:
+    """The stored entry, built and stored first if missing, corrupt or foreign."""
+    entry = read(key_parts(family, config, dtype, cc, root), root)
+    if entry is None:
+        entry = build(family, config, dtype, cc, root)
+        try:
+            write(entry, root)
+        except OSError as error:
+            warnings.warn(f"mmtune: cannot write to the kernel store: {error}", stacklevel=2)
+    return entry
+
+
+def keep(row: dict, root: Path | None = None) -> Entry | None:
+    """Store the kernel of a cache row (a tuned winner) for its GPU's architecture, and remember
+    it for its shape. None for rows with no architecture (the simulator's)."""
+    if not row.get("cc"):
+        return None
+    entry = get(row["family"], row["params"], row["dtype"], parse_arch(row["cc"]), root)
+    remember(row["device"], row["dtype"], (row["m"], row["n"], row["k"]), row["family"], row["params"], root)
+    return entry
+
+
+@dataclass(frozen=True)
+class Warmed:
+    row: dict
+    key: str | None
+    error: str | None
+
+
+def warm(cc: tuple[int, int], root: Path | None = None) -> list[Warmed]:
+    """Compile into the store the kernels of the cache's and the shipped rows measured on GPUs of
+    architecture `cc` (no GPU needed), and remember their shapes; a cache row wins over a
+    shipped one for the same GPU, dtype and shape, as in lookup."""
+    from autotune.cache import Cache
+    from autotune.records import shipped_rows
+
+    cache = Cache()
+    try:
+        cached = cache.rows()
+    finally:
+        cache.close()
+    wanted = f"{cc[0]}.{cc[1]}"
+    rows = {}
+    for row in shipped_rows(None, None) + cached:  # later rows replace earlier ones
+        if row.get("cc") == wanted:
+            rows[row["device"], row["dtype"], row["m"], row["n"], row["k"]] = row
+    done = []
+    for row in rows.values():
+        try:
+            entry = keep(row, root)
+            done.append(Warmed(row, entry.key, None))
+        except (StoreError, ValueError) as error:
+            done.append(Warmed(row, None, str(error).splitlines()[0]))
+    return done
+
+
+# Which config a shape uses, without asking lookup ------------------------------------------
+
+def cache_stamp() -> list | None:
+    """(mtime, size) of the cache file; a change means lookup may now choose differently."""
+    from autotune.cache import default_path
+
+    try:
+        stat = default_path().stat()
+    except OSError:
+        return None
+    return [stat.st_mtime_ns, stat.st_size]
+
+
+def _shape_path(device: str, dtype: str, shape: tuple[int, int, int], root: Path | None) -> Path:
+    name = hashlib.sha256(json.dumps([device, dtype, list(shape)]).encode()).hexdigest()[:32]
+    return (root or directory()) / "shapes" / f"{name}.json"
+
+
+def remember(device: str, dtype: str, shape: tuple[int, int, int], family: str, config: dict,
+             root: Path | None = None) -> None:
+    record = {"device": device, "dtype": dtype, "shape": list(shape), "family": family, "config": config,
+              "cache": cache_stamp()}
+    _write_atomically(_shape_path(device, dtype, shape, root), json.dumps(record).encode())
+
+
+def recall(device: str, dtype: str, shape: tuple[int, int, int], root: Path | None = None) -> tuple[str, dict] | None:
+    """(family, config) remembered for this shape while the cache file stayed as it was, else None."""
+    try:
+        record = json.loads(_shape_path(device, dtype, shape, root).read_text())
+        same = [record["device"], record["dtype"], record["shape"]] == [device, dtype, list(shape)]
+        if same and record["cache"] == cache_stamp() and isinstance(record["config"], dict):
+            return record["family"], record["config"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None

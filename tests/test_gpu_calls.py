@@ -1,0 +1,209 @@
+"""The driver call path on a real GPU with PyTorch (and CuPy where installed): exact results,
+the caller's stream, graph capture and replay, no host synchronization, threads, cuda:1.
+
+    MMTUNE_TEST_GPU=1 python -m pytest -m gpu tests/test_gpu_calls.py
+"""
+
+import threading
+
+import numpy as np
+import pytest
+from conftest import ON_GPU
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not ON_GPU, reason="needs a GPU: MMTUNE_TEST_GPU=1")]
+torch = pytest.importorskip("torch")
+
+import kernels  # noqa: E402
+from autotune import calls, launch, store  # noqa: E402
+from autotune.measure import error_bound, random_inputs, reference, relative_error  # noqa: E402
+
+SLEEP_CYCLES = 500_000_000  # ~0.25 s of one GPU thread spinning: long enough to see asynchrony
+
+
+@pytest.fixture(autouse=True)
+def fresh_plans(tmp_path, monkeypatch):
+    monkeypatch.setenv(store.ENV, str(tmp_path / "kernels"))
+    calls.clear()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.cuda.synchronize()
+    calls.clear()
+
+
+def operands(m, n, k, dtype, rng, device="cuda:0"):
+    A, B = random_inputs(m, n, k, dtype, rng)
+    return A, B, torch.from_numpy(A).to(device), torch.from_numpy(B).to(device)
+
+
+def assert_exact(C, A, B, dtype):
+    error = relative_error(C.cpu().numpy(), reference(A, B))
+    assert error <= error_bound(dtype, A.shape[1]), error
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32"])
+@pytest.mark.parametrize("shape", [(256, 256, 256), (1023, 1025, 999), (65, 33, 17)])
+def test_results_through_the_driver_are_exact(shape, dtype, rng):
+    A, B, tA, tB = operands(*shape, dtype, rng)
+    C = calls.matmul(tA, tB)
+    assert calls.backend() == "driver" and isinstance(C, torch.Tensor) and C.device == tA.device
+    assert_exact(C, A, B, dtype)
+    out = torch.full_like(C, -1)
+    assert calls.matmul(tA, tB, out=out) is out
+    assert_exact(out, A, B, dtype)
+
+
+def test_split_k_zeroes_c_before_adding(rng):
+    shape = (96, 80, 640)
+    store.remember(torch.cuda.get_device_name(0), "float32", shape, "splitk", kernels.family("splitk").DEFAULT)
+    A, B, tA, tB = operands(*shape, "float32", rng)
+    out = torch.full((96, 80), 7.0, device="cuda:0")
+    for _ in range(3):  # a C not zeroed would accumulate
+        calls.matmul(tA, tB, out=out)
+    assert next(iter(calls._plans.values())).family == "splitk"
+    assert_exact(out, A, B, "float32")
+
+
+def test_a_torch_side_stream_orders_the_call(rng):
+    """The issue's case: on a side stream, C.clone() after matmul(out=C) must see the product."""
+    A, B, tA, tB = operands(512, 512, 512, "float32", rng)
+    C = torch.empty(512, 512, device="cuda:0")
+    calls.matmul(tA, tB, out=C)  # the plan
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        C.fill_(float("nan"))
+        torch.cuda._sleep(SLEEP_CYCLES)
+        calls.matmul(tA, tB, out=C)
+        D = C.clone()
+    torch.cuda.synchronize()
+    assert_exact(D, A, B, "float32")
+
+
+def test_an_explicit_stream_wins(rng):
+    A, B, tA, tB = operands(256, 256, 256, "float32", rng)
+    C = torch.empty(256, 256, device="cuda:0")
+    calls.matmul(tA, tB, out=C)
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):  # fill on side, then matmul on `other` waiting for it
+        C.fill_(float("nan"))
+        torch.cuda._sleep(SLEEP_CYCLES)
+        ready = torch.cuda.Event()
+        ready.record()
+    other = torch.cuda.Stream()
+    other.wait_event(ready)
+    calls.matmul(tA, tB, out=C, stream=other)
+    with torch.cuda.stream(other):
+        D = C.clone()
+    torch.cuda.synchronize()
+    assert_exact(D, A, B, "float32")
+
+
+def test_graph_capture_and_replay(rng):
+    A, B, tA, tB = operands(384, 256, 320, "float32", rng)
+    C = torch.empty(384, 256, device="cuda:0")
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        calls.matmul(tA, tB, out=C)  # plans are built before capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        calls.matmul(tA, tB, out=C)
+    A2, B2 = random_inputs(384, 256, 320, "float32", rng)
+    tA.copy_(torch.from_numpy(A2))
+    tB.copy_(torch.from_numpy(B2))
+    C.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_exact(C, A2, B2, "float32")
+
+
+def test_a_missing_plan_during_capture_is_an_error(rng):
+    _, _, tA, tB = operands(64, 48, 32, "float32", rng)
+    C = torch.empty(64, 48, device="cuda:0")
+    calls.matmul(*operands(16, 16, 16, "float32", rng)[2:])  # the device is set up; this shape is not
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(launch.CaptureError, match="before capturing"):
+        with torch.cuda.graph(graph):
+            calls.matmul(tA, tB, out=C)
+
+
+def test_matmul_does_not_wait_for_the_gpu(rng):
+    _, _, tA, tB = operands(256, 256, 256, "float32", rng)
+    C = torch.empty(256, 256, device="cuda:0")
+    calls.matmul(tA, tB, out=C)
+    torch.cuda.synchronize()
+    torch.cuda._sleep(SLEEP_CYCLES)
+    calls.matmul(tA, tB, out=C)
+    done = torch.cuda.Event()
+    done.record()
+    assert not done.query()  # matmul returned while the stream still sleeps
+
+
+def test_threads_calling_at_once_get_their_own_results(rng):
+    inputs = [operands(128, 96, 64, "float32", rng) for _ in range(8)]
+    outs = [torch.empty(128, 96, device="cuda:0") for _ in inputs]
+    calls.matmul(inputs[0][2], inputs[0][3], out=outs[0])
+    errors = []
+
+    def work(i):
+        try:
+            for _ in range(50):
+                calls.matmul(inputs[i][2], inputs[i][3], out=outs[i])
+        except Exception as error:  # reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    torch.cuda.synchronize()
+    assert not errors
+    for (A, B, _, _), C in zip(inputs, outs):
+        assert_exact(C, A, B, "float32")
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_a_tensor_on_cuda_1_runs_on_gpu_1(rng):
+    A, B, tA, tB = operands(300, 200, 100, "float32", rng, device="cuda:1")
+    torch.cuda.set_device(0)
+    C = calls.matmul(tA, tB)
+    assert C.device == torch.device("cuda:1")
+    torch.cuda.synchronize(1)
+    assert_exact(C, A, B, "float32")
+
+
+def test_cupy_arrays_use_cupys_stream(rng):
+    cupy = pytest.importorskip("cupy")
+    A, B = random_inputs(256, 192, 128, "float32", rng)
+    cA, cB = cupy.asarray(A), cupy.asarray(B)
+    C = calls.matmul(cA, cB)
+    assert isinstance(C, cupy.ndarray)
+    cupy.cuda.Device().synchronize()
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        C.fill(np.nan)
+        calls.matmul(cA, cB, out=C)
+        D = C.copy()
+    stream.synchronize()
+    assert relative_error(cupy.asnumpy(D), reference(A, B)) <= error_bound("float32", 128)
+
+
+def test_the_numba_fallback_uses_the_callers_stream_too(rng, monkeypatch):
+    monkeypatch.setenv(calls.ENV, "numba")
+    calls.clear()
+    A, B, tA, tB = operands(256, 256, 256, "float32", rng)
+    C = torch.empty(256, 256, device="cuda:0")
+    calls.matmul(tA, tB, out=C)
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        C.fill_(float("nan"))
+        torch.cuda._sleep(SLEEP_CYCLES)
+        calls.matmul(tA, tB, out=C)
+        D = C.clone()
+    torch.cuda.synchronize()
+    assert calls.backend() == "numba"
+    assert_exact(D, A, B, "float32")

@@ -1,0 +1,242 @@
+"""The launch layer on the CPU: argument words against the compiled kernels and Numba's own
+flattening, per-thread argument buffers, stream selection, operand reading and checks.
+(Launching itself needs a GPU: tests/test_gpu_calls.py.)"""
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import threading
+import types
+
+import numpy as np
+import pytest
+
+from autotune import calls, launch
+from autotune.operands import Operand, OperandError, check_product, kind_of, read_cai, read_dlpack, read_torch
+
+CHILD = """
+import json, ctypes
+import numpy as np
+import kernels
+from kernels.resources import ptx
+from autotune import launch, store
+from numba.cuda import dispatcher, types
+out = {"params": {}}
+for family in kernels.FAMILIES:
+    kernel = kernels.build(family, kernels.family(family).DEFAULT, "float32")
+    out["params"][family] = store.entry_parameters(ptx(kernel))[1]
+
+# Numba's own flattening of one float32[:, ::1] argument, with the device array faked
+class Layout:
+    strides_in_bytes, is_contiguous_c, is_contiguous_f = (20, 4), True, False
+class Fake:
+    size, ndim, shape, dtype, ptr, _layout = 15, 2, (3, 5), np.dtype(np.float32), 0xABC0, Layout()
+dispatcher.wrap_arg = lambda value: type("W", (), {"to_device": lambda self, retr, stream: Fake()})()
+args = []
+holder = type("K", (), {"extensions": []})()
+dispatcher._Kernel._prepare_args(holder, types.Array(types.float32, 2, "C"), None, 0, [], args)
+out["numba_words"] = [getattr(a, "value", a) or 0 for a in args]
+print(json.dumps(out))
+"""
+
+
+def test_argument_words_match_the_compiled_kernels_and_numbas_flattening():
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    done = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout)
+    words, slots = launch.pack_arguments([(3, 4), (4, 5), (3, 5)], 4)
+    for family, params in out["params"].items():
+        assert params == [".u64"] * len(words), family
+    expected = launch.array_words((3, 5), 4)
+    expected[launch.DATA_WORD] = 0xABC0
+    assert out["numba_words"] == expected
+    assert slots == [4, 13, 22]
+    assert words[9:18] == [0, 0, 20, 4, 0, 4, 5, 20, 4]  # B: 4x5 float32
+
+
+class FakeDriver:
+    """Records launches: the words the kernel would receive, read through kernelParams."""
+
+    def __init__(self):
+        self.launches, self.memsets = [], []
+
+    def cuLaunchKernel(self, kernel, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        pointers = (ctypes.c_void_p * 27).from_address(params)
+        words = [ctypes.c_uint64.from_address(p).value for p in pointers]
+        self.launches.append(dict(grid=(gx, gy, gz), block=(bx, by, bz), stream=stream, words=words,
+                                  thread=threading.get_ident()))
+        return (0,)
+
+    def cuMemsetD32Async(self, pointer, value, count, stream):
+        self.memsets.append((pointer, value, count, stream))
+        return (0,)
+
+
+def fake_plan(monkeypatch, splits=1):
+    driver = FakeDriver()
+    monkeypatch.setattr(launch, "driver", driver)
+    dev = types.SimpleNamespace(make_current=lambda: None, ordinal=0)
+    loaded = launch.LoadedKernel(library=None, kernel="k", dynamic_shared=0)
+    words, slots = launch.pack_arguments([(30, 20), (20, 10), (30, 10)], 4)
+    grid = launch.grid_for(30, 10, (16, 8), splits)
+    return launch.Plan(loaded, dev, grid, (64,), words, slots, 30 * 10 if splits > 1 else 0), driver
+
+
+def test_a_plan_writes_only_pointers_and_stream_per_call(monkeypatch):
+    plan, driver = fake_plan(monkeypatch, splits=3)
+    plan.launch(0x1000, 0x2000, 0x3000, 7)
+    plan.launch(0x4000, 0x5000, 0x6000, 0)
+    first, second = driver.launches
+    assert first["grid"] == (2, 2, 3) and first["block"] == (64, 1, 1) and first["stream"] == 7
+    assert [first["words"][i] for i in plan.slots] == [0x1000, 0x2000, 0x3000]
+    assert [second["words"][i] for i in plan.slots] == [0x4000, 0x5000, 0x6000]
+    assert [w for i, w in enumerate(second["words"]) if i not in plan.slots] == [
+        w for i, w in enumerate(plan.words) if i not in plan.slots]
+    assert driver.memsets == [(0x3000, 0, 300, 7), (0x6000, 0, 300, 0)]  # split-K zeroes C first
+
+
+def test_threads_get_their_own_argument_buffers(monkeypatch):
+    plan, driver = fake_plan(monkeypatch)
+    buffers = {}
+
+    def work(index):
+        buffers[index] = plan.buffer()
+        for _ in range(200):
+            plan.launch(index * 16, index * 16 + 1, index * 16 + 2, index)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(1, 9)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({id(b) for b in buffers.values()}) == 8
+    for record in driver.launches:
+        index = record["stream"]
+        assert [record["words"][i] for i in plan.slots] == [index * 16, index * 16 + 1, index * 16 + 2]
+
+
+def test_tall_grids_are_refused_like_kernel_grid():
+    with pytest.raises(OperandError, match="M=1048576 needs 65536 block rows"):
+        launch.grid_for(2**20, 8, (16, 8), 1)
+
+
+# Streams ----------------------------------------------------------------------------------
+
+class FakeTensor:
+    """What read_torch uses of a torch.Tensor."""
+
+    __module__ = "torch"
+
+    def __init__(self, shape, dtype="torch.float32", device=0, contiguous=True, pointer=0x7000):
+        self.shape, self.dtype, self._device, self._contiguous, self._pointer = shape, dtype, device, contiguous, pointer
+
+    def data_ptr(self):
+        return self._pointer
+
+    def is_contiguous(self):
+        return self._contiguous
+
+    def get_device(self):
+        return self._device
+
+    def stride(self):
+        return (1, self.shape[0])
+
+    def element_size(self):
+        return 4
+
+
+def fake_modules(monkeypatch):
+    seen = []
+    torch = types.SimpleNamespace(_C=types.SimpleNamespace(_cuda_getCurrentRawStream=lambda d: seen.append(("torch", d)) or 1000 + d))
+    cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        get_current_stream=lambda d: seen.append(("cupy", d)) or types.SimpleNamespace(ptr=2000 + d)))
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    return seen
+
+
+def test_the_current_stream_is_the_callers_per_kind_and_device(monkeypatch):
+    seen = fake_modules(monkeypatch)
+    assert launch.current_stream("torch", 1) == 1001
+    assert launch.current_stream("cupy", 0) == 2000
+    assert launch.current_stream("cai", 0) == 0  # Numba arrays and others: the default stream
+    assert seen == [("torch", 1), ("cupy", 0)]
+    assert kind_of(FakeTensor((2, 2))) == "torch"
+
+
+def test_an_explicit_stream_overrides_and_may_be_any_kind():
+    assert launch.stream_handle(42) == 42
+    assert launch.stream_handle(types.SimpleNamespace(cuda_stream=43)) == 43  # torch.cuda.Stream
+    assert launch.stream_handle(types.SimpleNamespace(ptr=44)) == 44  # cupy.cuda.Stream
+    assert launch.stream_handle(types.SimpleNamespace(handle=ctypes.c_void_p(45))) == 45  # Numba, ctypes
+    assert launch.stream_handle(types.SimpleNamespace(handle=ctypes.c_void_p(None))) == 0  # Numba's default
+    with pytest.raises(TypeError, match="stream must be"):
+        launch.stream_handle("fast")
+
+
+def test_the_call_path_launches_on_the_callers_stream(monkeypatch):
+    """calls.matmul with fake torch tensors: the plan's launch gets torch's current stream of
+    the tensors' device, or the explicit stream."""
+    fake_modules(monkeypatch)
+    launched = []
+    plan = types.SimpleNamespace(launch=lambda a, b, c, s: launched.append((a, b, c, s)))
+    A, B, C = FakeTensor((3, 4), device=1, pointer=1), FakeTensor((4, 5), device=1, pointer=2), FakeTensor((3, 5), device=1, pointer=3)
+    monkeypatch.setattr(calls, "_build", lambda key, kind, a, b, stream: calls.CallPlan(
+        kind, 3, 5, "float32", ((3, 5), None, "torch.float32", 1), plan, "naive", {}))
+    monkeypatch.setattr(calls, "_backend", ["driver"])
+    monkeypatch.setattr(calls, "_readers", {})
+    monkeypatch.setattr(calls, "_plans", {})
+    assert calls.matmul(A, B, out=C) is C
+    calls.matmul(A, B, out=C, stream=types.SimpleNamespace(cuda_stream=77))
+    assert launched == [(1, 2, 3, 1001), (1, 2, 3, 77)]
+    with pytest.raises(OperandError, match="out must be a 3x5 device array of float32"):
+        calls.matmul(A, B, out=FakeTensor((5, 3), device=1))
+    with pytest.raises(OperandError, match="C is not C-contiguous"):
+        calls.matmul(A, B, out=FakeTensor((3, 5), device=1, contiguous=False))
+
+
+# Operands ---------------------------------------------------------------------------------
+
+def test_operands_are_read_from_each_kind(monkeypatch):
+    t = read_torch(FakeTensor((3, 4), contiguous=False))
+    assert (t.pointer, tuple(t.shape), t.strides, t.device) == (0x7000, (3, 4), (4, 12), 0)
+    monkeypatch.setattr(launch, "pointer_device", lambda pointer: 3)  # the driver's answer
+    cai = types.SimpleNamespace(__cuda_array_interface__={
+        "data": (0x100, False), "shape": (3, 4), "strides": (16, 4), "typestr": "<f4", "version": 3})
+    assert read_cai(cai) == Operand(0x100, (3, 4), None, "<f4", 3)  # C strides given explicitly read as contiguous
+    host = np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2]
+    d = read_dlpack(host)
+    assert (d.pointer, d.shape, d.strides, d.dtype, d.device) == (host.ctypes.data, (3, 2), (16, 8), np.float32, -1)
+
+
+def op(shape, dtype="float32", device=0, strides=None):
+    return Operand(1, shape, strides, np.dtype(dtype), device)
+
+
+@pytest.mark.parametrize("A,B,C,message", [
+    (op((2, 3, 4)), op((4, 2)), None, r"A must be 2-D, got shape \(2, 3, 4\)"),  # batched: out of scope
+    (op((4,)), op((4, 2)), None, r"A must be 2-D"),
+    (op((2, 4)), op((4, 2), "float64"), None, "A and B differ in dtype: float32 and float64"),
+    (op((2, 4), "float16"), op((4, 2), "float16"), None, "unsupported dtype float16"),
+    (op((2, 4)), op((5, 2)), None, "inner dimensions differ: A is 2x4, B is 5x2"),
+    (op((2, 4)), op((4, 2), strides=(4, 8)), None, "B is not C-contiguous"),
+    (op((2, 4)), op((4, 2), device=1), None, "B is on cuda:1 and A on cuda:0"),
+    (op((2, 4), device=-1), op((4, 2), device=-1), None, "A is not on a CUDA device"),
+    (op((2, 4)), op((4, 2)), op((2, 3)), "C must be 2x2, got 2x3"),
+    (op((2, 4)), op((4, 2)), op((2, 2), "int32"), "C has dtype int32"),
+    (op((2**16, 2**16)), op((2**16, 4)), None, "A has 4,294,967,296 elements"),
+    (op((2**20, 8)), op((8, 2**12)), None, "C has 4,294,967,296 elements"),
+])
+def test_operand_checks_refuse_with_one_line(A, B, C, message):
+    with pytest.raises(OperandError, match=message):
+        check_product(A, B, C)
+
+
+def test_graph_capture_without_a_plan_is_an_error(monkeypatch):
+    monkeypatch.setattr(launch, "capturing", lambda stream: True)
+    with pytest.raises(launch.CaptureError, match="call matmul once with these operands before capturing"):
+        calls._refuse_during_capture(5, 2, 3, 4, "float32", 0)

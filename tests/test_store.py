@@ -1,0 +1,176 @@
+"""The kernel store: keys, atomic writes, damaged entries, and loading without numba."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from autotune import records, store
+from autotune.cli import app
+
+
+@pytest.fixture
+def root(tmp_path, monkeypatch):
+    monkeypatch.setenv(store.ENV, str(tmp_path / "kernels"))
+    return tmp_path / "kernels"
+
+
+def fake_entry(parts, cubin=b"\x7fELF fake"):
+    import hashlib
+
+    header = {"parts": parts, "entry": "_Z4name", "block": [16, 16], "tile": [16, 16], "splits": 1,
+              "launch_bounds": [256], "dynamic_shared": 0, "static_shared": 0, "registers": 32,
+              "cubin_sha256": hashlib.sha256(cubin).hexdigest()}
+    return store.Entry(store.entry_key(parts), header, cubin)
+
+
+def test_the_key_changes_with_everything_that_changes_the_binary(root, tmp_path, monkeypatch):
+    sources = tmp_path / "src"
+    sources.mkdir()
+    (sources / "base.py").write_text("x = 1\n")
+    monkeypatch.setattr(store, "kernel_sources", lambda: sorted(sources.glob("*.py")))
+    base = ("vector", {"bm": 64, "bn": 64}, "float32", (9, 0))
+    key = store.entry_key(store.key_parts(*base))
+    assert store.entry_key(store.key_parts("vector", {"bn": 64, "bm": 64}, "float32", (9, 0))) == key  # canonical
+    changed = [
+        ("splitk", {"bm": 64, "bn": 64}, "float32", (9, 0)),
+        ("vector", {"bm": 128, "bn": 64}, "float32", (9, 0)),
+        ("vector", {"bm": 64, "bn": 64}, "float64", (9, 0)),
+        ("vector", {"bm": 64, "bn": 64}, "float32", (8, 0)),
+    ]
+    keys = {store.entry_key(store.key_parts(*c)) for c in changed}
+    assert len(keys) == 4 and key not in keys
+    monkeypatch.setattr(store, "toolchain", lambda: {"numba_cuda": "0.31", "nvvm": "13.5", "nvjitlink": "13.5"})
+    assert store.entry_key(store.key_parts(*base)) != key
+    monkeypatch.undo()
+    monkeypatch.setenv(store.ENV, str(root))
+    monkeypatch.setattr(store, "kernel_sources", lambda: sorted(sources.glob("*.py")))
+    assert store.entry_key(store.key_parts(*base)) == key
+    (sources / "base.py").write_text("x = 2\n")  # a kernel source changed: another binary
+    assert store.entry_key(store.key_parts(*base)) != key
+    for part in ("offset_bits", "layout", "arch", "source", "numba_cuda", "nvvm", "nvjitlink"):
+        assert part in store.key_parts(*base)
+
+
+def test_sources_are_hashed_only_when_they_change(root, tmp_path, monkeypatch):
+    sources = tmp_path / "src"
+    sources.mkdir()
+    path = sources / "a.py"
+    path.write_text("a = 1\n")
+    monkeypatch.setattr(store, "kernel_sources", lambda: [path])
+    first = store.source_hash()
+    reads = []
+    original = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: reads.append(self) or original(self))
+    assert store.source_hash() == first and reads == []
+    path.write_text("a = 22\n")
+    assert store.source_hash() != first and reads == [path]
+
+
+def test_entries_round_trip_and_damaged_or_foreign_ones_read_as_missing(root):
+    parts = store.key_parts("naive", {"block": 16}, "float32", (9, 0))
+    entry = fake_entry(parts)
+    path = store.write(entry)
+    assert store.read(parts) == entry
+    assert [p.name for p in root.iterdir() if p.name.startswith(".")] == []  # no temporary left
+    data = path.read_bytes()
+    path.write_bytes(data[:-3])  # truncated
+    assert store.read(parts) is None
+    path.write_bytes(b"garbage")
+    assert store.read(parts) is None
+    other = store.key_parts("naive", {"block": 32}, "float32", (9, 0))
+    path.write_bytes(store.encode(fake_entry(other)))  # another key's entry under this name
+    assert store.read(parts) is None
+
+
+def test_a_damaged_entry_is_rebuilt(root, monkeypatch):
+    parts = store.key_parts("naive", {"block": 16}, "float32", (9, 0))
+    built = []
+    monkeypatch.setattr(store, "build", lambda *args: built.append(args) or fake_entry(parts))
+    store.path_of(store.entry_key(parts)).parent.mkdir(parents=True, exist_ok=True)
+    store.path_of(store.entry_key(parts)).write_bytes(store.MAGIC + b"\0\0\0\5{bad")
+    assert store.get("naive", {"block": 16}, "float32", (9, 0)).cubin == b"\x7fELF fake"
+    assert store.get("naive", {"block": 16}, "float32", (9, 0)).cubin == b"\x7fELF fake"
+    assert len(built) == 1
+
+
+def test_a_failed_write_leaves_the_old_entry(root, monkeypatch):
+    parts = store.key_parts("naive", {"block": 16}, "float32", (9, 0))
+    store.write(fake_entry(parts, b"old"))
+
+    def interrupted(source, target):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(OSError):
+        store.write(fake_entry(parts, b"new"))
+    assert store.read(parts).cubin == b"old"
+    assert [p.name for p in root.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_remembered_shape_is_forgotten_when_the_cache_changes(root, isolated_cache):
+    store.remember("NVIDIA H200", "float32", (64, 64, 64), "vector", {"bm": 64})
+    assert store.recall("NVIDIA H200", "float32", (64, 64, 64)) == ("vector", {"bm": 64})
+    assert store.recall("NVIDIA H100", "float32", (64, 64, 64)) is None
+    isolated_cache.parent.mkdir(parents=True, exist_ok=True)
+    isolated_cache.write_bytes(b"a new cache")
+    assert store.recall("NVIDIA H200", "float32", (64, 64, 64)) is None
+
+
+BUILD = """
+import json, sys
+from autotune import store
+import kernels
+family, config = "splitk", kernels.family("splitk").DEFAULT
+entry = store.get(family, config, "float32", (9, 0))
+store.remember("NVIDIA H200", "float32", (96, 80, 64), family, config)
+print(json.dumps({"key": entry.key, "header": entry.header, "elf": entry.cubin[:4] == b"\\x7fELF"}))
+"""
+LOAD = """
+import json, sys
+from autotune import calls
+family, config, entry = calls.find_entry("NVIDIA H200", (9, 0), 96, 80, 64, "float32")
+loaded = [m for m in sys.modules if m == "numba" or m.startswith(("numba.", "kernels"))]
+print(json.dumps({"key": entry.key, "family": family, "loaded": loaded}))
+"""
+
+
+def test_a_stored_kernel_loads_in_a_fresh_process_without_numba(root):
+    """Compile-only (NVVM + nvJitLink, no GPU); then a fresh process finds the shape's kernel
+    up to the point of handing the cubin to the driver, with numba and the kernels unloaded."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    built = subprocess.run([sys.executable, "-c", BUILD], env=env, capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    built = json.loads(built.stdout)
+    header = built["header"]
+    assert built["elf"] and header["splits"] > 1 and header["entry"].startswith("_Z")
+    assert header["block"] and header["tile"] and header["static_shared"] > 0
+    loaded = subprocess.run([sys.executable, "-c", LOAD], env=env, capture_output=True, text=True, timeout=600)
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    result = json.loads(loaded.stdout)
+    assert result == {"key": built["key"], "family": "splitk", "loaded": []}
+
+
+def test_warm_takes_the_architectures_rows_cache_over_shipped(root, monkeypatch):
+    from autotune import cache
+
+    shipped = {"device": "NVIDIA H200", "dtype": "float32", "m": 8, "n": 8, "k": 8, "family": "vector",
+               "params": {"from": "shipped"}, "cc": "9.0"}
+    cached = dict(shipped, params={"from": "cache"})
+    other = dict(shipped, m=16, cc="8.0")
+    monkeypatch.setattr(records, "shipped_rows", lambda device, dtype: [shipped, other])
+    monkeypatch.setattr(cache.Cache, "rows", lambda self, *a, **k: [cached])
+    kept = []
+    monkeypatch.setattr(store, "keep", lambda row, root=None: kept.append(row["params"]) or fake_entry({}))
+    results = store.warm((9, 0))
+    assert kept == [{"from": "cache"}] and [r.error for r in results] == [None]
+
+
+def test_warm_refuses_a_bad_architecture_in_one_line():
+    result = CliRunner().invoke(app, ["warm", "--arch", "hopper"])
+    assert result.exit_code == 2
+    assert result.output.strip() == "error: architecture must look like sm_90 or 9.0; got 'hopper'"
