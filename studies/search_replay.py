@@ -11,6 +11,7 @@ h200/vector_exhaustive_4096.space.json describes it, as tests/test_search.py sea
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -46,8 +47,9 @@ def main() -> None:
     pinned = old["pinned"]
     swept = json.loads((H200 / "vector_exhaustive_4096.json").read_text())["rows"]
     old_table = {config_key(r["family"], {**r["config"], **pinned}): r["gflops"] for r in swept if "gflops" in r}
-    today = dict(kernels.vector.DEFAULT)
-    space, limit = dict(kernels.vector.SPACE), kernels.tiles.MAX_ELEMENTS_PER_THREAD
+    vector = kernels.family("vector")
+    today = dict(vector.default)
+    space, limit = dict(vector.space), kernels.tiles.MAX_ELEMENTS_PER_THREAD
     old_space = {**space, **{name: [value] for name, value in pinned.items()}, "stages": old["stages"]}
     setups = [
         ("full sweep, default", full, today, space, limit),
@@ -57,7 +59,8 @@ def main() -> None:
     print(f"{args.trials} trials, seeds 0-{args.seeds - 1}: best found / sweep best")
     print(f"{'table':26} {'sampler':8} {'mean':>6} {'worst':>6} {'>=0.97':>7}")
     for label, table, default, searched, max_elements in setups:
-        kernels.vector.DEFAULT, kernels.vector.SPACE, kernels.tiles.MAX_ELEMENTS_PER_THREAD = default, searched, max_elements
+        kernels.FAMILIES["vector"] = dataclasses.replace(vector, default=default, space=searched)
+        kernels.tiles.MAX_ELEMENTS_PER_THREAD = max_elements
         for sampler in args.sampler or ["climb", "tpe", "random"]:
             runs = found(table, sampler, args.trials, args.seeds)
             reached = sum(r >= 0.97 for r in runs)

@@ -19,8 +19,8 @@ def expand(bases: list, axes: list[str]) -> list:
     listed = []
     for family, base in bases:
         module = kernels.family(family)
-        for values in itertools.product(*(module.SPACE[axis] for axis in axes)):
-            config = {**module.DEFAULT, **base, **dict(zip(axes, values))}
+        for values in itertools.product(*(module.space[axis] for axis in axes)):
+            config = {**module.default, **base, **dict(zip(axes, values))}
             if infeasibility(family, config, "float32", device_limits()) is None and [family, config] not in listed:
                 listed.append([family, config])
     return listed

@@ -54,7 +54,7 @@ def test_results_through_the_driver_are_exact(shape, dtype, rng):
 
 def test_split_k_zeroes_c_before_adding(rng):
     shape = (96, 80, 640)
-    store.remember(torch.cuda.get_device_name(0), "float32", shape, "splitk", kernels.family("splitk").DEFAULT)
+    store.remember(torch.cuda.get_device_name(0), "float32", shape, "splitk", kernels.family("splitk").default)
     A, B, tA, tB = operands(*shape, "float32", rng)
     out = torch.full((96, 80), 7.0, device="cuda:0")
     for _ in range(3):  # a C not zeroed would accumulate

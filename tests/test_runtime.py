@@ -169,7 +169,9 @@ def test_empty_products(rng):
 
 
 def test_products_too_large_for_the_gpu_are_refused(monkeypatch):
-    monkeypatch.setattr(runtime, "free_device_memory", lambda: 2**20)
+    from autotune import backends
+
+    monkeypatch.setattr(backends.current(), "free_memory", lambda: 2**20)
     with pytest.raises(OperandError, match="the product needs 0.00 GiB on the GPU; 0.00 GiB is free"):
         autotune.matmul(np.ones((300, 300), np.float32), np.ones((300, 300), np.float32))
     with pytest.raises(OperandError, match="needs .* GiB on the GPU"):

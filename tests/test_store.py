@@ -125,7 +125,7 @@ BUILD = """
 import json, sys
 from autotune import store
 import kernels
-family, config = "splitk", kernels.family("splitk").DEFAULT
+family, config = "splitk", kernels.family("splitk").default
 entry = store.get(family, config, "float32", (9, 0))
 store.remember("NVIDIA H200", "float32", (96, 80, 64), family, config)
 print(json.dumps({"key": entry.key, "header": entry.header, "elf": entry.cubin[:4] == b"\\x7fELF"}))
