@@ -374,17 +374,34 @@ def cache_reset():
     typer.echo(f"moved {default_path()} to {moved}" if moved else f"no cache at {default_path()}")
 
 
+def _row_name(row: dict) -> str:
+    return f"{row['device']} {row['dtype']} {row['m']}x{row['n']}x{row['k']} {row['family']}"
+
+
 @app.command()
 def warm(
     arch: str = typer.Option("sm_90", help="GPU architecture to compile for, like sm_90 or 9.0."),
+    retime: bool = typer.Option(False, help="First re-time, on this GPU, the stale rows of its model (cached or shipped) into the cache."),
+    simulate: bool = typer.Option(False, help="Re-time under Numba's CUDA simulator (tests; timings mean nothing)."),
 ):
     """Compile the kernels of the cache's and shipped rows for an architecture into the kernel store (no GPU needed)."""
     try:
+        _use_simulator(simulate)
         from autotune.cache import CacheError
         from autotune.store import directory, parse_arch, warm as run
 
-        results = run(parse_arch(arch))
-    except (CacheError, ValueError) as error:
+        target = parse_arch(arch)
+        if retime:
+            from autotune.retime import retime_stale
+
+            for done in retime_stale(progress=lambda row: typer.echo(f"re-timing {_row_name(row)}", err=True)):
+                typer.echo(f"{_row_name(done.old)}: " + (
+                    f"{_gflops(done.old['gflops'])} -> {_gflops(done.new['gflops'])} GFLOPS on today's code"
+                    if done.new else f"not re-timed: {done.error}"))
+        if simulate:  # the simulator has no architecture to compile for
+            return
+        results = run(target)
+    except (UserError, CacheError, ValueError) as error:
         _fail(error)
     for r in results:
         shape = f"{r.row['m']}x{r.row['n']}x{r.row['k']}"

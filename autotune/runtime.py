@@ -69,7 +69,11 @@ _shipped: dict[str, list[dict]] = {}  # shipped rows per dtype, read once
 
 
 def clear() -> None:
-    """Forget memoized lookups (e.g. after tuning in this process) and built kernels."""
+    """Forget memoized lookups (e.g. after tuning in this process), built kernels and the call
+    path's plans."""
+    from autotune import calls
+
+    calls.clear()
     _choices.clear()
     _kernels.clear()
     _plans.clear()

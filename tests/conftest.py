@@ -22,9 +22,11 @@ def rng(request):
 
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path, monkeypatch):
-    """Every test gets its own MMTUNE_CACHE (and so its own study journal) and fresh lookups."""
+    """Every test gets its own MMTUNE_CACHE (and so its own study journal), kernel store and fresh
+    lookups."""
     path = tmp_path / "cache" / "cache.db"
     monkeypatch.setenv("MMTUNE_CACHE", str(path))
+    monkeypatch.setenv("MMTUNE_KERNELS", str(tmp_path / "kernels"))
     from autotune import runtime
 
     runtime.clear()

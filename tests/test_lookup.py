@@ -143,3 +143,13 @@ def test_stale_rows_of_this_gpu_are_retimed_into_the_cache(monkeypatch):
     assert set(rows) == {8, 64, 256} and not any(autotune.cache.stale(r, kernels.source_hashes()) for r in rows.values())
     assert rows[256]["gflops"] == 7.0 and rows[256]["sm_count"] == 132
     assert retime_stale(measurer=Replay(), dtype="float32") == []  # nothing stale is left for this GPU
+
+
+def test_warm_retime_re_times_stale_rows_from_the_cli(monkeypatch):
+    from autotune.cli import app
+
+    cache(row(H100, shape=(8, 8, 8), pad=2, fresh=False))
+    result = CliRunner().invoke(app, ["warm", "--retime", "--simulate"])
+    assert result.exit_code == 0, result.output
+    assert f"{H100} float32 8x8x8 shared: 100 -> " in result.stdout
+    assert not autotune.cache.stale(Cache().get(H100, "float32", 8, 8, 8), kernels.source_hashes())
