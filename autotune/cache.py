@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import sqlite3
 import time
@@ -17,6 +16,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import sqlite_utils
+
+from autotune.paths import cache_file as default_path
 
 TABLE = "best"
 KEY = ("device", "dtype", "m", "n", "k")
@@ -36,16 +37,6 @@ class CacheError(Exception):
 
 class RecordsError(ValueError):
     """A records file (the export format) is malformed."""
-
-
-def default_path() -> Path:
-    """MMTUNE_CACHE, else cache.db in the platform's user cache directory."""
-    env = os.environ.get("MMTUNE_CACHE")
-    if env:
-        return Path(env).expanduser()
-    from platformdirs import user_cache_dir
-
-    return Path(user_cache_dir("mmtune")) / "cache.db"
 
 
 def shape_distance(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:

@@ -34,7 +34,8 @@ from importlib.metadata import PackageNotFoundError, version
 from importlib.util import find_spec
 from pathlib import Path
 
-ENV = "MMTUNE_KERNELS"
+from autotune.paths import store_directory
+
 FORMAT = 1
 MAGIC = b"MMTUNE-CUBIN\n"
 #: the arguments every family's kernel takes: A, B, C as C-contiguous 2-D arrays (9 words each)
@@ -48,12 +49,7 @@ class StoreError(RuntimeError):
 
 
 def directory() -> Path:
-    env = os.environ.get(ENV)
-    if env:
-        return Path(env).expanduser()
-    from platformdirs import user_cache_dir
-
-    return Path(user_cache_dir("mmtune")) / "kernels"
+    return store_directory()
 
 
 def arch(cc: tuple[int, int]) -> str:
@@ -307,7 +303,7 @@ def warm(cc: tuple[int, int], root: Path | None = None) -> list[Warmed]:
 
 def cache_stamp() -> list | None:
     """(mtime, size) of the cache file; a change means lookup may now choose differently."""
-    from autotune.cache import default_path
+    from autotune.paths import cache_file as default_path
 
     try:
         stat = default_path().stat()

@@ -32,11 +32,22 @@ m = n = k = int(sys.argv[1])
 A = torch.randn(m, k, device="cuda"); B = torch.randn(k, n, device="cuda")
 ref = (A.double() @ B.double())
 torch.cuda.synchronize()
+profile = None
+if len(sys.argv) > 2:  # where to write a profile of the first call
+    import cProfile
+    profile = cProfile.Profile()
+    profile.enable()
 start = time.perf_counter()
 from autotune import matmul
 C = matmul(A, B)
 torch.cuda.synchronize()
 seconds = time.perf_counter() - start
+if profile is not None:
+    import io, pstats
+    profile.disable()
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(45)
+    open(sys.argv[2], "w").write(text.getvalue())
 error = float(torch.linalg.norm(C.double() - ref) / torch.linalg.norm(ref))
 print(json.dumps({"seconds": seconds, "error": error, "numba_loaded": "numba.cuda" in sys.modules}))
 """
@@ -71,10 +82,11 @@ def gflops(call, size: int, count: int, torch) -> tuple[float, float]:
     return flops / wall / 1e9, flops / kernel / 1e9
 
 
-def fresh_process(size: int) -> dict:
-    done = subprocess.run([sys.executable, "-c", FRESH, str(size)], capture_output=True, text=True, timeout=600)
+def fresh_process(size: int, profile: Path | None = None) -> dict:
+    extra = [str(profile)] if profile else []
+    done = subprocess.run([sys.executable, "-c", FRESH, str(size), *extra], capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
-        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
+        return {"failure": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -83,6 +95,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     parser.add_argument("--calls", type=int, default=2000, help="calls per per-call timing")
     parser.add_argument("--fresh-size", type=int, default=1024, help="square size for the fresh-process runs")
+    parser.add_argument("--profile", type=Path, help="a third fresh run under cProfile, its top entries written here")
     args = parser.parse_args()
     try:
         import torch
@@ -119,6 +132,8 @@ def main() -> None:
         results["gflops"][str(size)] = {"mmtune_call": call, "mmtune_kernel": kernel,
                                         "call_over_kernel": call / kernel, "torch_call": reference}
     results["fresh_process"] = [fresh_process(args.fresh_size) for _ in range(2)]
+    if args.profile:
+        results["fresh_process"].append(fresh_process(args.fresh_size, args.profile))
 
     print(f"on {results['device']}")
     print(f"{'per call at 256^3':32} {'us':>8}")
@@ -128,8 +143,8 @@ def main() -> None:
     for size, row in results["gflops"].items():
         print(f"{size:>6} {row['mmtune_call']:12,.0f} {row['mmtune_kernel']:14,.0f} {row['call_over_kernel']:12.3f} {row['torch_call']:13,.0f}")
     for i, run in enumerate(results["fresh_process"], 1):
-        if "error" in run:
-            print(f"fresh process {i}: failed: {run['error']}")
+        if "failure" in run:
+            print(f"fresh process {i}: failed: {run['failure']}")
         else:
             print(f"fresh process {i}: first verified {args.fresh_size}^3 result {run['seconds']:.3f} s after torch was ready "
                   f"(relative error {run['error']:.1e}; numba loaded: {run['numba_loaded']})")

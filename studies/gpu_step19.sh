@@ -14,7 +14,7 @@
 # Everything is written under /tmp/step19 and packed into OUT/PART.tgz at the end (the device
 # tool brings back few files); the kernel store stays out of the pack.
 set -uo pipefail
-dest=${1:?usage: gpu_step19.sh OUT calls|records|peers [SUITE...]}; part=${2:?}; shift 2
+dest=${1:?usage: gpu_step19.sh OUT calls|records|fresh|peers [SUITE...]}; part=${2:?}; shift 2
 out=/tmp/step19
 mkdir -p "$out" "$dest"
 export PYTHONUNBUFFERED=1
@@ -43,6 +43,10 @@ case "$part" in
       | grep -v "Warning\|warn(" | tee "$out/retime.txt"
     MMTUNE_CACHE="$out/records/cache.db" python3 -m autotune export --out "$out/retimed.json"
     timed_tune
+    ;;
+  fresh)  # where a fresh process's first call spends its time
+    MMTUNE_CACHE="$out/cache-calls.db" timeout 200 python3 studies/call_path.py --calls 200 --out "$out/call_path.json" \
+      --profile "$out/fresh_profile.txt" 2>&1 | grep -v "Warning\|warn(" | tee "$out/call_path.txt"
     ;;
   peers)
     for suite in "$@"; do

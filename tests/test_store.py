@@ -15,7 +15,7 @@ from autotune.cli import app
 
 @pytest.fixture
 def root(tmp_path, monkeypatch):
-    monkeypatch.setenv(store.ENV, str(tmp_path / "kernels"))
+    monkeypatch.setenv("MMTUNE_KERNELS", str(tmp_path / "kernels"))
     return tmp_path / "kernels"
 
 
@@ -47,7 +47,7 @@ def test_the_key_changes_with_everything_that_changes_the_binary(root, tmp_path,
     monkeypatch.setattr(store, "toolchain", lambda: {"numba_cuda": "0.31", "nvvm": "13.5", "nvjitlink": "13.5"})
     assert store.entry_key(store.key_parts(*base)) != key
     monkeypatch.undo()
-    monkeypatch.setenv(store.ENV, str(root))
+    monkeypatch.setenv("MMTUNE_KERNELS", str(root))
     monkeypatch.setattr(store, "kernel_sources", lambda: sorted(sources.glob("*.py")))
     assert store.entry_key(store.key_parts(*base)) == key
     (sources / "base.py").write_text("x = 2\n")  # a kernel source changed: another binary

@@ -1,0 +1,28 @@
+"""Where mmtune keeps its files: one place, importing nothing heavy, so the call path can find the
+cache and the kernel store without loading sqlite-utils or numba."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+CACHE_ENV = "MMTUNE_CACHE"
+STORE_ENV = "MMTUNE_KERNELS"
+
+
+def user_cache() -> Path:
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("mmtune"))
+
+
+def cache_file() -> Path:
+    """MMTUNE_CACHE, else cache.db in the platform's user cache directory."""
+    env = os.environ.get(CACHE_ENV)
+    return Path(env).expanduser() if env else user_cache() / "cache.db"
+
+
+def store_directory() -> Path:
+    """MMTUNE_KERNELS, else kernels/ in the platform's user cache directory."""
+    env = os.environ.get(STORE_ENV)
+    return Path(env).expanduser() if env else user_cache() / "kernels"
