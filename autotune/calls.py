@@ -20,6 +20,8 @@ import sys
 import threading
 import warnings
 from dataclasses import dataclass
+from functools import partial
+from typing import Callable
 
 import numpy as np
 
@@ -39,6 +41,7 @@ class CallPlan:
     plan: launch.Plan | None  # None: C is empty, nothing to launch
     family: str
     config: dict
+    new_out: Callable | None = None  # makes a new C, bound on first use
 
 
 _plans: dict[tuple, CallPlan] = {}
@@ -91,8 +94,7 @@ def matmul(A, B, out=None, stream=None):
     if call is None:
         call = _build(key, kind, a, b, stream)
     if out is None:
-        out = _empty(kind, A, call)
-        c = _read(out)
+        out, c = _empty(kind, A, call)
     else:
         c = _read(out)
         if (c.shape, c.strides, c.dtype, c.device) != call.out_key:
@@ -213,19 +215,43 @@ def find_entry(device_name: str, cc: tuple[int, int], m: int, n: int, k: int, dt
     return family, config, store.get(family, config, dtype, cc)
 
 
-def _empty(kind: str, A, call: CallPlan):
-    """A new C of the same kind as A, on A's device (PyTorch, CuPy, else a Numba device array)."""
+def _empty(kind: str, A, call: CallPlan) -> tuple[object, Operand]:
+    """A new C of the same kind as A, on A's device (PyTorch, CuPy, else a Numba device array),
+    and its operand: known contiguous, so only its pointer is read."""
+    if call.new_out is None:
+        call.new_out = _allocator(kind, A, call)
+    out = call.new_out()
+    return out, Operand(_pointer(kind, out), (call.m, call.n), None, call.out_key[2], call.out_key[3])
+
+
+def _allocator(kind: str, A, call: CallPlan):
+    """A function returning a new C for this plan, its arguments bound once."""
     shape, dtype, device = (call.m, call.n), call.out_key[2], call.out_key[3]
     if kind == "torch":
-        return sys.modules["torch"].empty(shape, dtype=dtype, device=A.device)
+        return partial(sys.modules["torch"].empty, shape, dtype=dtype, device=A.device)
     if kind == "cupy":
         cupy = sys.modules["cupy"]
-        with cupy.cuda.Device(device):
-            return cupy.empty(shape, dtype=dtype)
+
+        def new_cupy():
+            with cupy.cuda.Device(device):
+                return cupy.empty(shape, dtype=dtype)
+
+        return new_cupy
     from numba import cuda
 
     from autotune.runtime import require_device_memory
 
-    require_device_memory(call.m * call.n * np.dtype(dtype).itemsize)  # PyTorch and CuPy refuse by themselves
-    with cuda.gpus[device]:
-        return cuda.device_array(shape, np.dtype(dtype))
+    def new_numba():
+        require_device_memory(call.m * call.n * np.dtype(dtype).itemsize)  # PyTorch and CuPy refuse by themselves
+        with cuda.gpus[device]:
+            return cuda.device_array(shape, np.dtype(dtype))
+
+    return new_numba
+
+
+def _pointer(kind: str, out) -> int:
+    if kind == "torch":
+        return out.data_ptr()
+    if kind == "cupy":
+        return out.data.ptr
+    return out.__cuda_array_interface__["data"][0]

@@ -7,6 +7,8 @@ stopped: a rerun re-times only the finalists without a result for today's code.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import optuna
 from optuna.trial import TrialState
@@ -42,21 +44,42 @@ def pending(study: optuna.Study) -> list[Config]:
     return [c for c in finalists(study) if _result(study, c) is None]
 
 
-def retime(study: optuna.Study, measurer, shape, dtype: str, seed: int | None, on_done=None) -> None:
-    """Re-time every pending finalist, keeping each result in the study as it comes."""
-    rng = np.random.default_rng([seed or 0, len(study.trials), 1])
-    for config in pending(study):
-        try:
-            result = measurer(kernels.build(config.family, config.params, dtype), *shape, rng, repeat=FINAL_LAUNCHES)
-            record = {"ok": result.verification.ok}
-            if result.verification.ok:
-                record.update(gflops=result.gflops, median_ms=result.timing.median_ms, spread=result.timing.spread)
-        except Exception as error:  # it ran in its trial; if it cannot now, it cannot win
-            record = {"ok": False, "error": f"{type(error).__name__}: {error}"[:500]}
-        record["source_hash"] = kernels.source_hash(config.family)
-        study.set_user_attr(ATTR_PREFIX + config.key, record)
-        if on_done is not None:
-            on_done()
+def retime(study: optuna.Study, measurer, shape, dtype: str, seed: int | None, on_done=None,
+           lock: str | None = None) -> None:
+    """Re-time every pending finalist, keeping each result in the study as it comes. A measurer
+    that can `fork` (autotune.isolation.Isolated) re-times them at once, one child each: they
+    compile in parallel and time one at a time, holding `lock`."""
+    configs = pending(study)
+    fork = getattr(measurer, "fork", None)
+    measurers = [measurer] + ([fork() for _ in configs[1:]] if fork else [])
+    jobs = [(config, measurers[i % len(measurers)], np.random.default_rng([seed or 0, len(study.trials), 1, i]))
+            for i, config in enumerate(configs)]
+    try:
+        if len(measurers) == 1:
+            for job in jobs:
+                _retime_one(study, *job, shape, dtype, lock, on_done)
+        else:
+            with ThreadPoolExecutor(len(measurers)) as pool:
+                for done in [pool.submit(_retime_one, study, *job, shape, dtype, lock, on_done) for job in jobs]:
+                    done.result()
+    finally:
+        for forked in measurers[1:]:
+            forked.close()
+
+
+def _retime_one(study: optuna.Study, config: Config, measurer, rng, shape, dtype: str, lock, on_done) -> None:
+    try:
+        kernel = kernels.build(config.family, config.params, dtype)
+        result = measurer(kernel, *shape, rng, repeat=FINAL_LAUNCHES, lock=lock)
+        record = {"ok": result.verification.ok}
+        if result.verification.ok:
+            record.update(gflops=result.gflops, median_ms=result.timing.median_ms, spread=result.timing.spread)
+    except Exception as error:  # it ran in its trial; if it cannot now, it cannot win
+        record = {"ok": False, "error": f"{type(error).__name__}: {error}"[:500]}
+    record["source_hash"] = kernels.source_hash(config.family)
+    study.set_user_attr(ATTR_PREFIX + config.key, record)
+    if on_done is not None:
+        on_done()
 
 
 def winner_row(study: optuna.Study, shape, dtype: str, device: dict) -> dict | None:

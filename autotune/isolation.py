@@ -69,6 +69,16 @@ class Isolated:
             raise MeasureFailed(payload)
         return payload
 
+    def fork(self) -> "Isolated":
+        """Another measurer like this one, with its own child: measurements that compile in
+        parallel (and take turns on the GPU through their lock)."""
+        return Isolated(self.measure_fn, self.timeout_s)
+
+    def start(self) -> None:
+        """Start the child now (importing numba and creating a CUDA context take seconds), so it
+        is ready when the first measurement comes."""
+        self._child()
+
     def _child(self):
         if self._process is not None and self._process.is_alive():
             return self._connection

@@ -242,7 +242,7 @@ class _LoopTimer:
 def torch_peers(device: TorchDevice) -> tuple[list[Peer], dict[str, str]]:
     """The peers that import here, and why each other one is absent."""
     torch = device.torch
-    from autotune.runtime import matmul
+    from autotune import matmul  # the path users call: driver plans on torch's stream
 
     peers = [
         Peer("mmtune", lambda A, B, C: partial(matmul, A, B, out=C)),

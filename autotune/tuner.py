@@ -126,8 +126,11 @@ def tune(request: TuneRequest, measurer: Measurer | None = None, cache_path: Pat
         goal = min(request.trials, feasible)
         with Progress(show_progress, before, goal, request.timeout, finalists.FINALISTS) as progress:
             if before < goal:
+                if request.jobs > 1 or request.gpus:
+                    getattr(measurer, "start", lambda: None)()  # ready for the finalists when the workers end
                 _search(request, study, measurer, limits, cache.path.parent, name, spec, goal, progress)
-            finalists.retime(study, measurer, request.shape, request.dtype, request.seed, progress.retiming)
+            finalists.retime(study, measurer, request.shape, request.dtype, request.seed, progress.retiming,
+                             lock=str(cache.path.parent / "measure.lock"))
         row = finalists.winner_row(study, request.shape, request.dtype, device)
     finally:
         optuna.logging.set_verbosity(verbosity)

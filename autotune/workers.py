@@ -47,8 +47,11 @@ class Search:
     measurer: Measurer
     lock: str | None  # a file to lock while measuring, when several processes share the GPU
 
-    def objective(self, study: optuna.Study):
+    def objective(self, study: optuna.Study, goal: int):
         def objective(trial: optuna.Trial) -> float:
+            if _goal_in_hand(study, trial, goal):  # the others' trials in flight will reach it
+                study.stop()
+                raise optuna.TrialPruned("the goal is reached by the trials in flight")
             trial.set_user_attr("owner", OWNER)
             if "CUDA_VISIBLE_DEVICES" in os.environ:
                 trial.set_user_attr("gpu", os.environ["CUDA_VISIBLE_DEVICES"])
@@ -71,7 +74,7 @@ class Search:
 
     def run(self, study: optuna.Study, goal: int, timeout: float | None, callbacks=()) -> None:
         study.optimize(
-            self.objective(study),
+            self.objective(study, goal),
             n_trials=max(goal - len(measured_trials(study)), 1) * PROPOSALS_PER_TRIAL,
             timeout=timeout,
             catch=(TrialFailed,),
@@ -134,6 +137,14 @@ def _measure_trial(trial, measurer, kernel, shape, rng, lock=None) -> float:
     trial.set_user_attr("median_ms", result.timing.median_ms)
     trial.set_user_attr("spread", result.timing.spread)
     return result.gflops
+
+
+def _goal_in_hand(study: optuna.Study, trial: optuna.Trial, goal: int) -> bool:
+    """Whether the measured trials and those other workers are measuring already make `goal`:
+    a worker starting one more would only overshoot it."""
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    in_flight = sum(t.number != trial.number and "owner" in t.user_attrs for t in running)
+    return len(measured_trials(study)) + in_flight >= goal
 
 
 def _same_params(study: optuna.Study, trial: optuna.Trial):

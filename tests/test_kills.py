@@ -18,7 +18,7 @@ SHAPE = ("6", "5", "4")
 def command(trials: int) -> list[str]:
     m, n, k = SHAPE
     return [sys.executable, "-m", "autotune", "tune", "--m", m, "--n", n, "--k", k,
-            "--trials", str(trials), "--family", "shared", "--simulate"]
+            "--trials", str(trials), "--family", "shared", "--simulate", "--jobs", "1"]
 
 
 def load(journal):

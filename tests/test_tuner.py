@@ -282,3 +282,33 @@ def test_every_family_module_is_in_the_registry_in_first_guess_order():
     assert {entry.build.__module__.rsplit(".", 1)[1] for entry in families} <= modules
     assert [e.first_guess for e in families] == sorted(e.first_guess for e in families)
     assert list(kernels.FAMILIES) == [e.name for e in families] == ["vector", "splitk", "register", "shared", "naive"]
+
+
+class Forking(Replay):
+    """A measurer that forks as autotune.isolation.Isolated does; each fork records its calls here."""
+
+    def __init__(self, root=None, **options):
+        super().__init__(**options)
+        self.root = root or self
+        self.forks, self.closed, self.locks = [], 0, []
+
+    def fork(self):
+        child = Forking(self.root, table=self.table, default=self.default)
+        self.root.forks.append(child)
+        return child
+
+    def close(self):
+        self.root.closed += 1
+
+    def __call__(self, kernel, m, n, k, rng, warmup=3, repeat=20, lock=None):
+        if repeat == FINAL_LAUNCHES:
+            self.root.locks.append(lock)
+        return super().__call__(kernel, m, n, k, rng, warmup, repeat, lock)
+
+
+def test_finalists_are_retimed_at_once_by_forked_measurers_taking_turns_on_a_lock():
+    measurer = Forking(default=10.0)
+    result = run(measurer, trials=5)
+    assert len(measurer.forks) == FINALISTS - 1 and all(len(f.calls) == 1 for f in measurer.forks)
+    assert len(measurer.locks) == FINALISTS and len(set(measurer.locks)) == 1 and measurer.locks[0].endswith("measure.lock")
+    assert measurer.closed >= FINALISTS - 1 and result.written
