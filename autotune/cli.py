@@ -344,7 +344,7 @@ def promote(
     except (UserError, CacheError, RecordsError, PromoteError) as error:
         _fail(error)
     for p in promotions:
-        typer.echo(f"{p.path}: {p.added} added, {p.replaced} replaced (faster), {p.kept} kept (the records' were as fast or faster); {p.total} rows")
+        typer.echo(f"{p.path}: {p.added} added, {p.replaced} replaced (faster, or current where the records' were on older code), {p.kept} kept; {p.total} rows")
 
 
 cache_app = typer.Typer(help="Check the cache file, or set a damaged one aside and start fresh.", no_args_is_help=True)

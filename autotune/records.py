@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from autotune.cache import COLUMNS, KEY, Cache, RecordsError, decode, read_records, validate_records
+from autotune.cache import COLUMNS, KEY, Cache, RecordsError, decode, read_records, stale, validate_records
 
 DATA = resources.files("autotune") / "data"
 SIMULATOR = "simulator"  # the device name of rows measured under Numba's CUDA simulator
@@ -80,8 +80,9 @@ def select(source: Path | None = None, device: str | None = None, dtype: str | N
 
 def promote(rows: list[dict], out: Path | None = None) -> list[Promotion]:
     """Merge `rows` into the records file of each row's GPU model in this source checkout (or
-    all into `out`), keeping the faster row per (device, dtype, m, n, k); each file is sorted by
-    that key and replaced atomically."""
+    all into `out`), keeping per (device, dtype, m, n, k) the faster row, or the current one where
+    the other was measured on older kernel code; each file is sorted by that key and replaced
+    atomically."""
     validate_records(rows)
     if out is None:
         if any(r["device"] == SIMULATOR for r in rows):
@@ -114,10 +115,11 @@ def _merge_into(path: Path, new: list[dict]) -> Promotion:
         merged = {_key(r): _canonical(r) for r in (read_records(path) if path.exists() else [])}
     except RecordsError as error:
         raise PromoteError(str(error)) from None
+    hashes = _source_hashes()
     added = replaced = kept = 0
     for row in new:
         old = merged.get(_key(row))
-        if old is not None and row["gflops"] <= old["gflops"]:
+        if old is not None and _keeps(old, row, hashes):
             kept += 1
             continue
         added, replaced = added + (old is None), replaced + (old is not None)
@@ -125,6 +127,20 @@ def _merge_into(path: Path, new: list[dict]) -> Promotion:
     rows = [merged[key] for key in sorted(merged)]
     _write_atomically(path, json.dumps(rows, indent=2) + "\n")
     return Promotion(path, added, replaced, kept, len(rows))
+
+
+def _keeps(old: dict, new: dict, hashes: dict[str, str]) -> bool:
+    """Whether the records' row stays: the current one of the two, else the faster."""
+    old_stale, new_stale = stale(old, hashes), stale(new, hashes)
+    if old_stale != new_stale:
+        return new_stale
+    return new["gflops"] <= old["gflops"]
+
+
+def _source_hashes() -> dict[str, str]:
+    import kernels  # imports numba: only promote, a maintainer's command, needs today's hashes
+
+    return kernels.source_hashes()
 
 
 def _key(row: dict) -> tuple:

@@ -67,8 +67,8 @@ def test_promote_merges_the_cache_into_each_gpus_file_keeping_the_faster_rows(ch
     assert result.exit_code == 0, result.output
     h100, h200 = checkout / "nvidia-h100-80gb-hbm3.json", checkout / "nvidia-h200.json"
     assert result.stdout.splitlines() == [
-        f"{h100}: 1 added, 0 replaced (faster), 0 kept (the records' were as fast or faster); 1 rows",
-        f"{h200}: 1 added, 1 replaced (faster), 1 kept (the records' were as fast or faster); 3 rows",
+        f"{h100}: 1 added, 0 replaced (faster, or current where the records' were on older code), 0 kept; 1 rows",
+        f"{h200}: 1 added, 1 replaced (faster, or current where the records' were on older code), 1 kept; 3 rows",
     ]
     assert shapes(h200) == [("NVIDIA H200", 512, 100.0), ("NVIDIA H200", 1024, 200.0), ("NVIDIA H200", 2048, 300.0)]
     assert shapes(h100) == [("NVIDIA H100 80GB HBM3", 1024, 90.0)]
@@ -121,3 +121,17 @@ def test_promote_mistakes_are_one_line_and_change_nothing(checkout, args, messag
     result = invoke("promote", *args)
     assert result.exit_code == 2 and result.stderr.startswith("error: ") and message in result.stderr, result.output
     assert (checkout / "nvidia-h200.json").read_text() == before
+
+
+def test_promote_replaces_a_record_of_older_code_with_a_current_one_even_if_slower(checkout, tmp_path):
+    import kernels
+
+    current = kernels.source_hash(ROW["family"])
+    (checkout / "nvidia-h200.json").write_text(json.dumps([{**ROW, "gflops": 500.0, "source_hash": "older"}]))
+    rows = tmp_path / "rows.json"
+    rows.write_text(json.dumps([{**ROW, "gflops": 100.0, "source_hash": current}]))
+    assert invoke("promote", "--from", rows).exit_code == 0
+    assert shapes(checkout / "nvidia-h200.json") == [("NVIDIA H200", 1024, 100.0)]
+    rows.write_text(json.dumps([{**ROW, "gflops": 400.0, "source_hash": "older"}]))
+    assert invoke("promote", "--from", rows).exit_code == 0  # an older-code row never displaces a current one
+    assert shapes(checkout / "nvidia-h200.json") == [("NVIDIA H200", 1024, 100.0)]
