@@ -23,7 +23,7 @@ def plot_studies(spec: str, out_dir: Path, study: str | None = None) -> list[Pat
     import matplotlib.pyplot as plt
     from optuna.visualization import matplotlib as optuna_plots
 
-    storage = open_storage(spec)
+    storage = open_storage(spec, heartbeat=False)
     names = [study] if study else optuna.get_all_study_names(storage)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
