@@ -168,8 +168,9 @@ def storage_errors(spec: str):
         raise StorageError(f"study storage {masked(spec)}: its database driver is missing ({missing}); "
                            f"for PostgreSQL: pip install 'mmtune[postgres]'") from None
     except Exception as error:
+        # a host name the resolver cannot even encode fails in the driver as a UnicodeError
         cause = error if isinstance(error, UnicodeError) and "idna" in str(error) else _storage_cause(error)
-        if cause is None:  # a host name the resolver cannot even encode, or no storage error at all
+        if cause is None:
             raise
         raise StorageError(f"study storage {masked(spec)}: {_first_line(cause, spec)}") from None
 
@@ -214,7 +215,8 @@ def setup_lock(spec: str, name: str, lock_dir: Path):
 @contextmanager
 def _advisory_lock(spec: str, name: str):
     """A session-level pg_advisory_lock on a 64-bit key hashed from `name`, on a connection of its
-    own (nothing for other URLs)."""
+    own (nothing for other URLs). Closing that connection ends the session, which releases the
+    lock, also when the server went away meanwhile."""
     if not is_postgres(spec):
         yield
         return
@@ -224,11 +226,7 @@ def _advisory_lock(spec: str, name: str):
     with _lock_engine(spec).connect() as connection:
         connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": key})
         connection.commit()
-        try:
-            yield
-        finally:
-            connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": key})
-            connection.commit()
+        yield
 
 
 @lru_cache(maxsize=None)
@@ -236,7 +234,7 @@ def _lock_engine(spec: str):
     import sqlalchemy
     from sqlalchemy.pool import NullPool
 
-    return sqlalchemy.create_engine(_url(spec), poolclass=NullPool,  # a lock is held for moments
+    return sqlalchemy.create_engine(_url(spec), poolclass=NullPool,  # a closed connection is really closed
                                     connect_args={"connect_timeout": CONNECT_TIMEOUT_S})
 
 

@@ -81,10 +81,10 @@ def host_env(cache: Path) -> dict:
     return {**os.environ, **FAST_HEARTBEAT, "MMTUNE_CACHE": str(cache)}
 
 
-def tune_command(url: str, trials: int) -> list[str]:
+def tune_command(url: str, trials: int, jobs: int = 1) -> list[str]:
     m, n, k = map(str, SHAPE)
     return [sys.executable, "-m", "autotune", "tune", "--m", m, "--n", n, "--k", k, "--trials", str(trials),
-            "--family", "shared", "--jobs", "1", "--simulate", "--storage", url]
+            "--family", "shared", "--jobs", str(jobs), "--simulate", "--storage", url]
 
 
 def load(url: str, shape=SHAPE) -> optuna.Study:
@@ -102,12 +102,13 @@ def everything_stored(server: PgServer, database: str) -> str:
 
 @pytest.fixture(scope="module")
 def fleet(server, tmp_path_factory):
-    """Two hosts tune one study together through the CLI, started at the same moment."""
+    """Two hosts tune one study together through the CLI, started at the same moment; the first
+    with two worker processes, each opening the storage itself."""
     database = server.new_database()
     url = server.url(database)
     caches = [tmp_path_factory.mktemp(f"host{i}") / "cache.db" for i in range(2)]
-    hosts = [subprocess.Popen(tune_command(url, 8), env=host_env(cache), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for cache in caches]
+    hosts = [subprocess.Popen(tune_command(url, 8, jobs), env=host_env(cache), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for jobs, cache in zip((2, 1), caches)]
     outputs = [host.communicate(timeout=300) for host in hosts]
     return {"database": database, "url": url, "caches": caches, "outputs": outputs,
             "codes": [host.returncode for host in hosts]}
@@ -127,10 +128,11 @@ def test_two_hosts_finish_one_study(fleet):
         assert "written to the cache" in out or "keeps a faster row" in out
     study = load(fleet["url"])
     measured = measured_trials(study)
-    assert 8 <= len(measured) <= 9  # the study may end one trial per host past T
+    assert 8 <= len(measured) <= 10  # the study may end one trial per worker past T (3 workers)
     configs = [config_of(t.params) for t in measured]
-    assert len(configs) - len(set(configs)) <= 1  # measured twice only while in flight on both hosts
-    assert len({t.user_attrs["owner"] for t in measured}) == 2  # both hosts measured
+    assert len(configs) - len(set(configs)) <= 2  # measured twice only while in flight elsewhere
+    owners = {t.user_attrs["owner"].rpartition(":")[2] for t in measured}
+    assert len(owners) >= 2  # more than one process measured
     assert not study.get_trials(states=(TrialState.RUNNING, TrialState.WAITING))
     rows = [Cache(cache).get("simulator", "float32", *SHAPE) for cache in fleet["caches"]]
     assert all(rows)
@@ -226,7 +228,7 @@ def _running_trials(url: str) -> list:
 def test_a_server_restart_mid_study_then_a_rerun_resumes(server, tmp_path, outage):
     url = server.url(server.new_database())
     env = host_env(tmp_path / "cache.db")
-    host = subprocess.Popen(tune_command(url, 9), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    host = subprocess.Popen(tune_command(url, 6), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while True:
         assert host.poll() is None and time.monotonic() < deadline, "the study ended before the restart"
@@ -251,9 +253,9 @@ def test_a_server_restart_mid_study_then_a_rerun_resumes(server, tmp_path, outag
         assert host.returncode == 2
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: study storage postgresql://mmtune:***@"), err
-    rerun = subprocess.run(tune_command(url, 9), env=env, capture_output=True, text=True, timeout=300)
+    rerun = subprocess.run(tune_command(url, 6), env=env, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
-    assert "9 trials (" in rerun.stdout  # all 9 feasible configs
+    assert "6 trials (" in rerun.stdout
     study = load(url)
     assert kept <= {t.number for t in measured_trials(study)}
     assert not study.get_trials(states=(TrialState.RUNNING,))
