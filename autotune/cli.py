@@ -75,7 +75,7 @@ def tune(
     timeout: Optional[float] = typer.Option(None, help="Stop searching after this many seconds."),
     family: Optional[list[str]] = typer.Option(None, help="Kernel family to search (repeatable); default all."),
     sampler: str = typer.Option("climb", help="climb (local search, default), tpe, random, grid (brute force) or gp; all seeded."),
-    storage: Optional[str] = typer.Option(None, help="Optuna storage URL; default a journal file beside the cache."),
+    storage: Optional[str] = typer.Option(None, help="A journal file, or a database URL like postgresql://user@host/db that hosts share; default a journal file beside the cache."),
     seed: int = typer.Option(0, help="Seed of the sampler and of the random inputs."),
     jobs: Optional[int] = typer.Option(None, help="Worker processes sharing the GPU: they compile in parallel, measure one at a time; default the usable CPU cores, at most 16."),
     trial_timeout: float = typer.Option(300, help="Fail a trial (and stop its measuring process) after this many seconds."),
@@ -86,6 +86,7 @@ def tune(
     try:
         _use_simulator(simulate)
         from autotune.cache import CacheError
+        from autotune.storage import StorageError
         from autotune.tuner import TuneError, TuneRequest, tune as run
 
         options = dict(dtype=dtype, trials=trials, timeout=timeout, sampler=sampler, storage=storage, seed=seed,
@@ -95,7 +96,7 @@ def tune(
         if jobs is not None:
             options["jobs"] = jobs
         result = run(TuneRequest(m, n, k, **options))
-    except (UserError, TuneError, CacheError) as error:
+    except (UserError, TuneError, CacheError, StorageError) as error:
         _fail(error)
     row = result.row
     if row is None:
@@ -280,15 +281,36 @@ def plot(
     try:
         from autotune.cache import Cache, CacheError
         from autotune.plots import plot_bench, plot_studies
-        from autotune.storage import storage_spec
+        from autotune.storage import StorageError, storage_spec
 
         paths = plot_studies(storage_spec(storage, Cache()), out, study)
         if bench is not None:
             paths.append(plot_bench(bench, out))
-    except (CacheError, KeyError, OSError, ValueError) as error:
+    except (CacheError, KeyError, OSError, ValueError, StorageError) as error:
         _fail(error)
     for path in paths:
         typer.echo(str(path))
+
+
+@app.command()
+def pull(
+    storage: str = typer.Option(..., help="The storage a fleet tuned in, like postgresql://user@host/db (its password never shown)."),
+    device: Optional[str] = typer.Option(None, help="Pull the studies of this GPU model (as `mmtune best` names it); default this host's GPU."),
+    dtype: Optional[str] = typer.Option(None, help=DTYPE_HELP + " Default all."),
+):
+    """Write the verified best of each study of this GPU model from a shared storage into the local cache."""
+    try:
+        from autotune.cache import CacheError
+        from autotune.fleet import PullError, pull as run
+        from autotune.storage import StorageError
+
+        result = run(storage, device, dtype)
+    except (CacheError, PullError, StorageError) as error:
+        _fail(error)
+    typer.echo(
+        f"pulled {result.studies} studies of {result.device} from {result.storage}: {result.written} written,"
+        f" {result.kept} kept (the cache's were faster), {result.empty} without a verified trial"
+    )
 
 
 @app.command("export")

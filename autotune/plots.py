@@ -32,7 +32,7 @@ def plot_studies(spec: str, out_dir: Path, study: str | None = None) -> list[Pat
     written = []
     with _journal(spec) as plain, warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        storage = open_storage(plain)
+        storage = open_storage(plain, heartbeat=False)
         names = [study] if study else optuna.get_all_study_names(storage)
         for name in names:
             loaded = optuna.load_study(study_name=name, storage=storage)

@@ -14,8 +14,8 @@ from optuna.trial import TrialState
 
 import kernels
 from autotune.cache import Cache, nearest_rows
-from autotune.measure import exclusive
 from autotune.records import shipped_rows
+from autotune.storage import masked, reap_dead_trials, setup_lock
 from autotune.space import default_config, distributions, infeasibility, trial_params
 from kernels.base import Config
 
@@ -35,13 +35,15 @@ def study_name(device: str, dtype: str, m: int, n: int, k: int) -> str:
 def open_study(storage, spec: str, name: str, sampler, cache: Cache, device: str, dtype: str, shape, families,
                limits) -> optuna.Study:
     """Create or resume the study; a new one is warm-started. Tuners started together on one
-    shape take turns here (a file lock beside the cache): Optuna's enqueue_trial may queue a
-    config twice when processes call it at the same time."""
-    with exclusive(str(cache.path.parent / "study-setup.lock")):
+    shape take turns here (a file lock beside the cache; on PostgreSQL an advisory lock, which
+    holds across hosts): Optuna's enqueue_trial may queue a config twice when processes call it
+    at the same time."""
+    with setup_lock(spec, name, cache.path.parent):
         study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="maximize",
                                     load_if_exists=True)
         check_space(study, families, spec)
         fail_abandoned_trials(study, optuna.storages.get_storage(storage))
+        reap_dead_trials(study)
         if not study.trials:
             study.set_user_attr("shape", list(shape))
             study.set_user_attr("dtype", dtype)
@@ -63,17 +65,19 @@ def check_space(study: optuna.Study, families: list[str], spec: str) -> None:
         complete = names <= wanted if trial.state == TrialState.RUNNING else names == wanted
         if not complete or any(expected.get(n) != d for n, d in trial.distributions.items()):
             raise SpaceMismatch(
-                f"study {study.study_name!r} in {spec} was searched over another space (other --family "
+                f"study {study.study_name!r} in {masked(spec)} was searched over another space (other --family "
                 f"options or their order, or the kernels of an older mmtune); resume it with the same "
                 f"families, or start afresh with --storage PATH"
             )
 
 
 def measured_trials(study: optuna.Study) -> list:
-    """Trials that ran a config for the first time (complete or failed): what --trials counts."""
+    """Trials that ran a config for the first time to a verdict (complete, or failed with its
+    reason): what --trials counts. A trial whose process died has none: it was failed as
+    abandoned here, or by the RDB heartbeat reaper (autotune.storage)."""
     return [
         t for t in study.get_trials(deepcopy=False, states=MEASURED)
-        if "repeat_of" not in t.user_attrs and "abandoned" not in t.user_attrs
+        if "repeat_of" not in t.user_attrs and (t.state == TrialState.COMPLETE or "error" in t.user_attrs)
     ]
 
 

@@ -20,12 +20,13 @@ import optuna
 import kernels
 from autotune import finalists
 from autotune.cache import Cache
+from autotune.fleet import offer_winner
 from autotune.isolation import Isolated
 from autotune.measure import device_info, measure
 from autotune.progress import Progress
 from autotune.samplers import SamplerError, make_sampler
 from autotune.space import FAMILY_NAMES, device_limits, feasible_configs
-from autotune.storage import open_storage, storage_spec
+from autotune.storage import masked, open_storage, storage_errors, storage_spec
 from autotune.study import SpaceMismatch, measured_trials, open_study, study_name
 from autotune.workers import Measurer, Search, WorkersDied, close_measurer, run_workers
 
@@ -105,7 +106,14 @@ def tune(request: TuneRequest, measurer: Measurer | None = None, cache_path: Pat
     parallel and measure one at a time. With `gpus`, `jobs` workers run on each of those GPUs (of
     one model), each GPU with its own measuring lock. By default each trial is measured in a child
     process (autotune.isolation), so a kernel that faults or runs past `trial_timeout` seconds
-    fails its trial and nothing else."""
+    fails its trial and nothing else. A storage server lost on the way is one StorageError; a
+    rerun resumes the study."""
+    with storage_errors(request.storage or ""):
+        return _tune(request, measurer, cache_path, show_progress)
+
+
+def _tune(request: TuneRequest, measurer: Measurer | None, cache_path: Path | str | None,
+          show_progress: bool) -> TuneResult:
     request.check()
     started = time.perf_counter()
     measurer = measurer or Isolated(measure, request.trial_timeout)
@@ -139,10 +147,11 @@ def tune(request: TuneRequest, measurer: Measurer | None = None, cache_path: Pat
     written = False
     if row is not None:
         row.update(trials=len(measured), study=name)
+        offer_winner(study, row, spec, cache.path.parent)
         written = cache.record(row, kernels.source_hashes())
         _keep_kernel(cache.get(row["device"], request.dtype, *request.shape) or row)
     return TuneResult(
-        row=row, written=written, study_name=name, storage=spec, trials=len(measured),
+        row=row, written=written, study_name=name, storage=masked(spec), trials=len(measured),
         new_trials=len(measured) - before, failed=sum(t.state == optuna.trial.TrialState.FAIL for t in measured),
         wall_s=time.perf_counter() - started,
     )

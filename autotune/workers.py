@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import time
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -17,7 +18,7 @@ import kernels
 from autotune.measure import Measurement
 from autotune.samplers import make_sampler
 from autotune.space import infeasibility, suggest
-from autotune.storage import open_storage
+from autotune.storage import StorageError, open_storage, storage_errors
 from autotune.study import OWNER, measured_trials
 
 PROPOSALS_PER_TRIAL = 50  # give up if the sampler keeps proposing infeasible or measured configs
@@ -89,9 +90,13 @@ def _work(search: Search, name: str, spec: str, sampler: str, seed: int | None, 
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     chosen = make_sampler(sampler, seed, search.dtype, search.limits)
-    study = optuna.load_study(study_name=name, storage=open_storage(spec), sampler=chosen)
     try:
-        search.run(study, goal, timeout)
+        with storage_errors(spec):
+            study = optuna.load_study(study_name=name, storage=open_storage(spec), sampler=chosen)
+            search.run(study, goal, timeout)
+    except StorageError as error:  # one line (its URL masked), not a worker's traceback
+        sys.stderr.write(f"worker {os.getpid()}: {error}\n")
+        sys.exit(2)
     finally:
         close_measurer(search.measurer)
 
