@@ -16,7 +16,6 @@ Lookups and built kernels are memoized per process; call `clear()` after tuning 
 
 from __future__ import annotations
 
-import json
 import warnings
 from dataclasses import dataclass
 from functools import cache
@@ -30,7 +29,7 @@ from autotune.backends import Device
 from autotune.cache import Cache, CacheError, shape_distance, stale
 from autotune.operands import OperandError, check_arrays, check_elements, check_shapes
 from autotune.space import DEFAULT_FAMILY, DeviceLimits, default_config, infeasibility
-from kernels import DTYPES, GridTooLarge, Kernel
+from kernels import DTYPES, Config, GridTooLarge, Kernel
 
 NEAREST_MAX_DISTANCE = 3.0  # e.g. 8x along one dimension, or 2x along all three
 #: how closely the GPU a row was measured on matches this one, best first
@@ -165,7 +164,7 @@ def _usable(row: dict, dtype: str) -> bool:
 
 
 def kernel_for(choice: Choice, dtype: str) -> Kernel:
-    key = (choice.family, json.dumps(choice.config, sort_keys=True), dtype)
+    key = (Config.of(choice.family, choice.config), dtype)
     kernel = _kernels.get(key)
     if kernel is None:
         kernel = _kernels[key] = kernels.build(choice.family, choice.config, dtype)

@@ -23,7 +23,10 @@ A backend is one module here exporting `BACKEND`, an object with:
 Kernels are written once, in Numba's CUDA dialect (kernels/: `Kernel.compile` turns one into a
 dispatcher). A HIP backend for AMD GPUs (the seed's ROC example) would be one more module here
 with these functions on its device arrays, an entry in `_BACKENDS`, and a HIP target for
-`Kernel.compile`; nothing above this package branches on the backend. `current()` picks the simulator when NUMBA_ENABLE_CUDASIM=1, else Numba
+`Kernel.compile`; nothing above this package branches on the backend. The fast call path
+(autotune.calls with autotune.launch and autotune.store: cubins launched through the CUDA
+driver) is NVIDIA's alone; on another backend `matmul` goes through `autotune.runtime`, as it
+does under the simulator. `current()` picks the simulator when NUMBA_ENABLE_CUDASIM=1, else Numba
 CUDA.
 """
 
