@@ -82,9 +82,9 @@ class Cache:
         self.db.close()
 
     def record(self, row: dict, source_hashes: dict[str, str] | None = None) -> bool:
-        """Insert `row`, or replace the row of its key if `row` is faster or, given today's
-        `source_hashes` (family -> hash), if that row was measured on other kernel code.
-        True if it was written."""
+        """Insert `row`, or replace the row of its key by the rule of `replaces` (given today's
+        `source_hashes`, family -> hash: the current row of the two, else the faster; without
+        them, the faster). True if it was written."""
         missing = [c for c in REQUIRED if row.get(c) is None]
         if missing:
             raise ValueError(f"cache row lacks {', '.join(missing)}")
@@ -99,12 +99,13 @@ class Cache:
         row["created"] = row["created"] or datetime.now(timezone.utc).isoformat(timespec="seconds")
         names = ", ".join(COLUMNS)
         updates = ", ".join(f"{c} = excluded.{c}" for c in COLUMNS if c not in KEY)
-        stale = (f" OR coalesce({TABLE}.source_hash, '') != "
-                 f"coalesce(json_extract(?, '$.\"' || {TABLE}.family || '\"'), '')") if source_hashes else ""
+        self.db.conn.create_function("mmtune_replaces", 7, _replaces_sql, deterministic=True)
         cursor = self.db.execute(
             f"INSERT INTO {TABLE} ({names}) VALUES ({', '.join('?' * len(COLUMNS))}) "
-            f"ON CONFLICT ({', '.join(KEY)}) DO UPDATE SET {updates} WHERE excluded.gflops > {TABLE}.gflops{stale}",
-            [row[c] for c in COLUMNS] + ([json.dumps(source_hashes)] if source_hashes else []),
+            f"ON CONFLICT ({', '.join(KEY)}) DO UPDATE SET {updates} WHERE mmtune_replaces("
+            f"excluded.family, excluded.source_hash, excluded.gflops, {TABLE}.family, {TABLE}.source_hash, "
+            f"{TABLE}.gflops, ?)",
+            [row[c] for c in COLUMNS] + [json.dumps(source_hashes or {})],
         )
         return cursor.rowcount > 0
 
@@ -120,12 +121,12 @@ class Cache:
         found = self.table.rows_where(" AND ".join(where) or None, args, order_by="device, dtype, m, n, k")
         return [decode(row) for row in found]
 
-    def merge(self, rows: list[dict]) -> int:
-        """Import validated rows, keeping the faster row per key; returns how many were written.
-        Validation happens first, so a malformed file changes nothing."""
+    def merge(self, rows: list[dict], source_hashes: dict[str, str] | None = None) -> int:
+        """Import validated rows, keeping per key the row `replaces` prefers; returns how many were
+        written. Validation happens first, so a malformed file changes nothing."""
         validate_records(rows)
         with self.db.conn:
-            return sum(self._upsert(row) for row in rows)
+            return sum(self._upsert(row, source_hashes) for row in rows)
 
     def get(self, device: str, dtype: str, m: int, n: int, k: int) -> dict | None:
         rows = self.rows(device, dtype, (m, n, k))
@@ -214,6 +215,23 @@ def nearest_rows(rows: list[dict], shape: tuple[int, int, int], count: int = 1) 
 def stale(row: dict, source_hashes: dict[str, str]) -> bool:
     """Whether `row` was measured on other kernel code than today's (`kernels.source_hashes()`)."""
     return row.get("source_hash") != source_hashes.get(row["family"])
+
+
+def replaces(new: dict, old: dict, source_hashes: dict[str, str] | None) -> bool:
+    """Whether `new` should take `old`'s place (same key): of a current row and a stale one, the
+    current one stays; otherwise the faster. Without `source_hashes`, the faster. The one rule
+    for the cache, the shipped records and a fleet's study winners."""
+    if source_hashes:
+        new_stale, old_stale = stale(new, source_hashes), stale(old, source_hashes)
+        if new_stale != old_stale:
+            return old_stale
+    return new["gflops"] > old["gflops"]
+
+
+def _replaces_sql(new_family, new_hash, new_gflops, old_family, old_hash, old_gflops, hashes_json) -> bool:
+    hashes = json.loads(hashes_json)
+    return replaces({"family": new_family, "source_hash": new_hash, "gflops": new_gflops},
+                    {"family": old_family, "source_hash": old_hash, "gflops": old_gflops}, hashes)
 
 
 def decode(row: dict) -> dict:

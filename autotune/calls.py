@@ -25,7 +25,7 @@ from typing import Callable
 
 import numpy as np
 
-from autotune import launch, store
+from autotune import backends, launch, store
 from autotune.operands import Operand, OperandError, check_product, dtype_name, kind_of, reader
 
 ENV = "MMTUNE_LAUNCH"  # "numba": launch through Numba's dispatcher, for debugging
@@ -158,22 +158,30 @@ def _build(key: tuple, kind: str, a: Operand, b: Operand, stream) -> CallPlan:
         if call is not None:
             return call
         device = launch.device(a.device)
-        device.make_current()
-        raw = current_stream(kind, a.device) if stream is None else launch.stream_handle(stream)
-        _refuse_during_capture(raw, m, n, k, dtype, a.device)
-        family, config, plan = "", {}, None
-        if m and n:  # an empty C needs no kernel (and CUDA refuses an empty grid)
-            family, config, entry = find_entry(_device_name(device), device.cc, m, n, k, dtype)
-            loaded = _loaded.get(entry.key)
-            if loaded is None:
-                loaded = _loaded[entry.key] = launch.load(entry.cubin, entry.name, entry.dynamic_shared)
-            itemsize = np.dtype(dtype).itemsize
-            words, slots = launch.pack_arguments([(m, k), (k, n), (m, n)], itemsize)
-            zero = m * n * itemsize // 4 if entry.splits > 1 else 0
-            plan = launch.Plan(loaded, device, launch.grid_for(m, n, entry.tile, entry.splits), entry.block,
-                               words, slots, zero)
+        previous = device.enter()
+        try:
+            plan, family, config = _plan(device, kind, a, stream, m, n, k, dtype)
+        finally:
+            device.leave(previous)
         call = _plans[key] = CallPlan(kind, m, n, dtype, ((m, n), None, a.dtype, a.device), plan, family, config)
         return call
+
+
+def _plan(device: launch.Device, kind: str, a: Operand, stream, m: int, n: int, k: int, dtype: str):
+    """(launch plan, family, config) for a product on `device`, whose context is current."""
+    raw = current_stream(kind, a.device) if stream is None else launch.stream_handle(stream)
+    _refuse_during_capture(raw, m, n, k, dtype, a.device)
+    if not (m and n):  # an empty C needs no kernel (and CUDA refuses an empty grid)
+        return None, "", {}
+    family, config, entry = find_entry(_identity(device), m, n, k, dtype)
+    loaded = _loaded.get(entry.key)
+    if loaded is None:
+        loaded = _loaded[entry.key] = launch.load(entry.cubin, entry.name, entry.dynamic_shared)
+    itemsize = np.dtype(dtype).itemsize
+    words, slots = launch.pack_arguments([(m, k), (k, n), (m, n)], itemsize)
+    zero = m * n * itemsize // 4 if entry.splits > 1 else 0
+    grid = launch.grid_for(m, n, entry.tile, entry.splits)
+    return launch.Plan(loaded, device, grid, entry.block, words, slots, zero), family, config
 
 
 def _refuse_during_capture(raw: int, m: int, n: int, k: int, dtype: str, device: int) -> None:
@@ -188,31 +196,35 @@ def _refuse_during_capture(raw: int, m: int, n: int, k: int, dtype: str, device:
         )
 
 
-_names: dict[int, str] = {}
+_identities: dict[int, backends.Device] = {}
 
 
-def _device_name(device: launch.Device) -> str:
-    name = _names.get(device.ordinal)
-    if name is None:
-        name = _names[device.ordinal] = device.name
-    return name
+def _identity(device: launch.Device) -> backends.Device:
+    """The GPU as lookup and the records know it: model name, compute capability, SM count."""
+    found = _identities.get(device.ordinal)
+    if found is None:
+        sms = device.attribute("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT")
+        found = _identities[device.ordinal] = backends.Device(device.name, "{}.{}".format(*device.cc), sms)
+    return found
 
 
-def find_entry(device_name: str, cc: tuple[int, int], m: int, n: int, k: int, dtype: str):
-    """(family, config, store entry) for a shape on a GPU model: from the store when it remembers
-    the shape (numba stays unloaded), else from `lookup` and, if missing, compiled into the store."""
-    found = store.recall(device_name, dtype, (m, n, k))
+def find_entry(gpu: backends.Device, m: int, n: int, k: int, dtype: str):
+    """(family, config, store entry) for a shape on a GPU: from the store when it remembers the
+    shape (numba stays unloaded), else from `lookup` for that GPU and, if missing, compiled into
+    the store."""
+    found = store.recall(gpu.name, dtype, (m, n, k))
     if found is None:
         from autotune.runtime import lookup
 
-        choice = lookup(m, n, k, dtype)
+        stamp = store.cache_stamp()  # before looking up: a write meanwhile must make this stale
+        choice = lookup(m, n, k, dtype, gpu)
         found = (choice.family, choice.config)
         try:
-            store.remember(device_name, dtype, (m, n, k), *found)
+            store.remember(gpu.name, dtype, (m, n, k), *found, stamp=stamp)
         except OSError as error:
             warnings.warn(f"mmtune: cannot write to the kernel store: {error}", stacklevel=3)
     family, config = found
-    return family, config, store.get(family, config, dtype, cc)
+    return family, config, store.get(family, config, dtype, store.parse_arch(gpu.cc))
 
 
 def _empty(kind: str, A, call: CallPlan) -> tuple[object, Operand]:

@@ -309,7 +309,7 @@ def pull(
         _fail(error)
     typer.echo(
         f"pulled {result.studies} studies of {result.device} from {result.storage}: {result.written} written,"
-        f" {result.kept} kept (the cache's were faster), {result.empty} without a verified trial"
+        f" {result.kept} kept (the cache's were current or faster), {result.empty} without a verified trial"
     )
 
 
@@ -336,15 +336,17 @@ def export_records(
 def import_records(
     path: Path = typer.Argument(..., help="A JSON file written by `mmtune export` (or a shipped autotune/data/records/*.json)."),
 ):
-    """Merge rows from a JSON file into the cache, keeping the faster row per key."""
+    """Merge rows from a JSON file into the cache, keeping per key the current row of two, else the faster."""
     try:
         from autotune.cache import Cache, CacheError, RecordsError, read_records
+        from kernels import source_hashes
 
         rows = read_records(path)
-        written = Cache().merge(rows)
+        written = Cache().merge(rows, source_hashes())
     except (CacheError, RecordsError) as error:
         _fail(error)
-    typer.echo(f"imported {len(rows)} rows from {path}: {written} written, {len(rows) - written} kept (the cache's were faster)")
+    typer.echo(f"imported {len(rows)} rows from {path}: {written} written, {len(rows) - written} kept "
+               "(the cache's were current or faster)")
 
 
 @app.command()

@@ -19,7 +19,7 @@ from pathlib import Path
 import optuna
 
 import kernels
-from autotune.cache import Cache
+from autotune.cache import Cache, replaces
 from autotune.storage import masked, open_storage, setup_lock, storage_errors
 
 WINNER = "winner"
@@ -40,11 +40,12 @@ class PullResult:
     empty: int  # no verified trial yet
 
 
-def offer_winner(study: optuna.Study, row: dict, spec: str, lock_dir: Path) -> bool:
-    """Keep `row` as the study's winner if it is faster than the one there. True if it was kept."""
+def offer_winner(study: optuna.Study, row: dict, spec: str, lock_dir: Path, source_hashes: dict[str, str]) -> bool:
+    """Keep `row` as the study's winner if it should replace the one there (autotune.cache.replaces:
+    the current of the two, else the faster). True if it was kept."""
     with setup_lock(spec, study.study_name, lock_dir):
         current = study.user_attrs.get(WINNER)
-        if current is not None and current.get("gflops", 0) >= row["gflops"]:
+        if current is not None and not replaces(row, current, source_hashes):
             return False
         study.set_user_attr(WINNER, row)
         return True

@@ -12,8 +12,8 @@ numba.cuda.dispatcher._Kernel._prepare_args), 9 per array: meminfo (0), parent (
 itemsize, data, shape[0], shape[1], strides[0], strides[1] in bytes.
 
 Handles from cuLibraryGetKernel are CUkernels: context-independent, launched in the calling
-thread's current context, which `Device.make_current` sets to the device's primary context (the
-one PyTorch, CuPy and Numba use). No numba here.
+thread's current context, which `Device.enter` sets to the device's primary context (the one
+PyTorch, CuPy and Numba use) and `Device.leave` puts back. No numba here.
 """
 
 from __future__ import annotations
@@ -91,7 +91,9 @@ def grid_for(m: int, n: int, tile: tuple[int, int], splits: int) -> tuple[int, i
 
 
 class Device:
-    """One GPU: its primary context, made current in whichever thread launches."""
+    """One GPU: its primary context, made current in whichever thread launches, and the caller's
+    context put back afterwards: PyTorch and CuPy follow the thread's current context, so leaving
+    GPU 1's current after a call on cuda:1 tensors would send their next work on cuda:0 to GPU 1."""
 
     def __init__(self, ordinal: int):
         check(driver.cuInit(0), "cuInit")
@@ -100,10 +102,19 @@ class Device:
         self.context = check(driver.cuDevicePrimaryCtxRetain(self.handle), "cuDevicePrimaryCtxRetain")
         self.context_id = int(self.context)
 
-    def make_current(self) -> None:
+    def enter(self):
+        """Make this device's primary context current; returns the context to put back with
+        `leave`, or None when it was current already (the usual case: one GPU)."""
         err, current = driver.cuCtxGetCurrent()
-        if err or int(current) != self.context_id:
-            check(driver.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+        if not err and int(current) == self.context_id:
+            return None
+        check(driver.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+        return current
+
+    @staticmethod
+    def leave(previous) -> None:
+        if previous is not None:
+            driver.cuCtxSetCurrent(previous)
 
     def attribute(self, name: str) -> int:
         return check(driver.cuDeviceGetAttribute(getattr(driver.CUdevice_attribute, name), self.handle), name)
@@ -185,8 +196,11 @@ class Plan:
         self.words, self.slots = words, slots
         self.zero_words = zero_words  # 32-bit words of C to zero first (split-K adds into C)
         self._local = threading.local()
-        dev.make_current()
-        loaded.opt_in(dev)
+        previous = dev.enter()
+        try:
+            loaded.opt_in(dev)
+        finally:
+            dev.leave(previous)
 
     def buffer(self) -> ArgumentBuffer:
         buffer = getattr(self._local, "buffer", None)
@@ -198,16 +212,19 @@ class Plan:
         buffer = self.buffer()
         words, (sa, sb, sc) = buffer.words, self.slots
         words[sa], words[sb], words[sc] = a, b, c
-        self.device.make_current()
-        if self.zero_words:
-            err, = driver.cuMemsetD32Async(c, 0, self.zero_words, stream)
+        previous = self.device.enter()
+        try:
+            if self.zero_words:
+                err, = driver.cuMemsetD32Async(c, 0, self.zero_words, stream)
+                if err:
+                    check((err,), "cuMemsetD32Async")
+            gx, gy, gz = self.grid
+            bx, by, bz = self.block
+            err, = driver.cuLaunchKernel(self.kernel, gx, gy, gz, bx, by, bz, self.shared, stream, buffer.address, 0)
             if err:
-                check((err,), "cuMemsetD32Async")
-        gx, gy, gz = self.grid
-        bx, by, bz = self.block
-        err, = driver.cuLaunchKernel(self.kernel, gx, gy, gz, bx, by, bz, self.shared, stream, buffer.address, 0)
-        if err:
-            check((err,), "cuLaunchKernel")
+                check((err,), "cuLaunchKernel")
+        finally:
+            self.device.leave(previous)
 
 
 # Streams ------------------------------------------------------------------------------------

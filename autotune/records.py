@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from autotune.cache import COLUMNS, KEY, Cache, RecordsError, decode, read_records, stale, validate_records
+from autotune.cache import COLUMNS, KEY, Cache, RecordsError, decode, read_records, replaces, validate_records
 
 DATA = resources.files("autotune") / "data"
 SIMULATOR = "simulator"  # the device name of rows measured under Numba's CUDA simulator
@@ -119,7 +119,7 @@ def _merge_into(path: Path, new: list[dict]) -> Promotion:
     added = replaced = kept = 0
     for row in new:
         old = merged.get(_key(row))
-        if old is not None and _keeps(old, row, hashes):
+        if old is not None and not replaces(row, old, hashes):
             kept += 1
             continue
         added, replaced = added + (old is None), replaced + (old is not None)
@@ -127,14 +127,6 @@ def _merge_into(path: Path, new: list[dict]) -> Promotion:
     rows = [merged[key] for key in sorted(merged)]
     _write_atomically(path, json.dumps(rows, indent=2) + "\n")
     return Promotion(path, added, replaced, kept, len(rows))
-
-
-def _keeps(old: dict, new: dict, hashes: dict[str, str]) -> bool:
-    """Whether the records' row stays: the current one of the two, else the faster."""
-    old_stale, new_stale = stale(old, hashes), stale(new, hashes)
-    if old_stale != new_stale:
-        return new_stale
-    return new["gflops"] <= old["gflops"]
 
 
 def _source_hashes() -> dict[str, str]:

@@ -80,19 +80,20 @@ def clear() -> None:
     _this_gpu.cache_clear()
 
 
-def lookup(m: int, n: int, k: int, dtype: str = "float32") -> Choice:
-    """The config `matmul` uses for an (M x K) @ (K x N) product of `dtype`, and where it came from."""
-    key = (m, n, k, dtype)
+def lookup(m: int, n: int, k: int, dtype: str = "float32", device: Device | None = None) -> Choice:
+    """The config `matmul` uses for an (M x K) @ (K x N) product of `dtype` on `device` (default:
+    the current GPU), and where it came from."""
+    device = device or _this_gpu()
+    key = (m, n, k, dtype, device)
     choice = _choices.get(key)
     if choice is None:
-        choice = _choices[key] = _find(m, n, k, dtype)
+        choice = _choices[key] = _find(m, n, k, dtype, device)
     return choice
 
 
-def _find(m: int, n: int, k: int, dtype: str) -> Choice:
+def _find(m: int, n: int, k: int, dtype: str, device: Device) -> Choice:
     if dtype not in DTYPES:
         raise OperandError(f"unsupported dtype {dtype}; supported: {', '.join(DTYPES)}")
-    device = _this_gpu()
     if dtype not in _shipped:
         _shipped[dtype] = records.shipped_rows(dtype=dtype)
     candidates = [("cache", row) for row in _cached_rows(dtype)] + [("shipped", row) for row in _shipped[dtype]]

@@ -274,9 +274,10 @@ class Warmed:
 
 def warm(cc: tuple[int, int], root: Path | None = None) -> list[Warmed]:
     """Compile into the store the kernels of the cache's and the shipped rows measured on GPUs of
-    architecture `cc` (no GPU needed), and remember their shapes; a cache row wins over a
-    shipped one for the same GPU, dtype and shape, as in lookup."""
-    from autotune.cache import Cache
+    architecture `cc` (no GPU needed), and remember their shapes for those GPUs; of two rows for
+    one GPU, dtype and shape, the one lookup prefers (the current one, else the faster)."""
+    import kernels
+    from autotune.cache import Cache, replaces
     from autotune.records import shipped_rows
 
     cache = Cache()
@@ -285,10 +286,12 @@ def warm(cc: tuple[int, int], root: Path | None = None) -> list[Warmed]:
     finally:
         cache.close()
     wanted = f"{cc[0]}.{cc[1]}"
+    hashes = kernels.source_hashes()
     rows = {}
-    for row in shipped_rows(None, None) + cached:  # later rows replace earlier ones
-        if row.get("cc") == wanted:
-            rows[row["device"], row["dtype"], row["m"], row["n"], row["k"]] = row
+    for row in shipped_rows(None, None) + cached:
+        key = (row["device"], row["dtype"], row["m"], row["n"], row["k"])
+        if row.get("cc") == wanted and (key not in rows or replaces(row, rows[key], hashes)):
+            rows[key] = row
     done = []
     for row in rows.values():
         try:
@@ -302,14 +305,19 @@ def warm(cc: tuple[int, int], root: Path | None = None) -> list[Warmed]:
 # Which config a shape uses, without asking lookup ------------------------------------------
 
 def cache_stamp() -> list | None:
-    """(mtime, size) of the cache file; a change means lookup may now choose differently."""
-    from autotune.paths import cache_file as default_path
+    """(mtime, size) of the cache file and of its write-ahead log (a committed write changes only
+    the log until SQLite checkpoints it); a change means lookup may now choose differently."""
+    from autotune.paths import cache_file
 
-    try:
-        stat = default_path().stat()
-    except OSError:
-        return None
-    return [stat.st_mtime_ns, stat.st_size]
+    path = cache_file()
+    stamp = []
+    for part in (path, path.with_name(path.name + "-wal")):
+        try:
+            stat = part.stat()
+        except OSError:
+            stat = None
+        stamp.append([stat.st_mtime_ns, stat.st_size] if stat else None)
+    return stamp if stamp[0] else None
 
 
 def _shape_path(device: str, dtype: str, shape: tuple[int, int, int], root: Path | None) -> Path:
@@ -318,9 +326,11 @@ def _shape_path(device: str, dtype: str, shape: tuple[int, int, int], root: Path
 
 
 def remember(device: str, dtype: str, shape: tuple[int, int, int], family: str, config: dict,
-             root: Path | None = None) -> None:
+             root: Path | None = None, stamp: list | None = None) -> None:
+    """Remember the config of a shape, valid while the cache stays as `stamp` (taken before the
+    config was looked up; default now)."""
     record = {"device": device, "dtype": dtype, "shape": list(shape), "family": family, "config": config,
-              "cache": cache_stamp()}
+              "cache": cache_stamp() if stamp is None else stamp}
     _write_atomically(_shape_path(device, dtype, shape, root), json.dumps(record).encode())
 
 

@@ -147,8 +147,9 @@ def _tune(request: TuneRequest, measurer: Measurer | None, cache_path: Path | st
     written = False
     if row is not None:
         row.update(trials=len(measured), study=name)
-        offer_winner(study, row, spec, cache.path.parent)
-        written = cache.record(row, kernels.source_hashes())
+        hashes = kernels.source_hashes()
+        offer_winner(study, row, spec, cache.path.parent, hashes)
+        written = cache.record(row, hashes)
         _keep_kernel(cache.get(row["device"], request.dtype, *request.shape) or row)
     return TuneResult(
         row=row, written=written, study_name=name, storage=masked(spec), trials=len(measured),

@@ -145,7 +145,7 @@ def test_export_then_import_merges_keeping_the_faster_rows(tmp_path, monkeypatch
     monkeypatch.setenv("MMTUNE_CACHE", str(tmp_path / "other" / "cache.db"))
     Cache().record({**ROW, "gflops": 9000.0, "family": "register", "params": {"bm": 64}})
     result = invoke("import", exported)
-    assert result.stdout == f"imported 2 rows from {exported}: 1 written, 1 kept (the cache's were faster)\n"
+    assert result.stdout == f"imported 2 rows from {exported}: 1 written, 1 kept (the cache's were current or faster)\n"
     rows = {r["dtype"]: (r["family"], r["gflops"]) for r in Cache().rows()}
     assert rows == {"float32": ("register", 9000.0), "float64": ("shared", 100.0)}
 

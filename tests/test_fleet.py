@@ -156,7 +156,7 @@ def test_pull_brings_the_winner_home(fleet, server, isolated_cache):
                           env=os.environ, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == (f"pulled 1 studies of simulator from {masked(fleet['url'])}: 1 written, 0 kept "
-                                   "(the cache's were faster), 0 without a verified trial")
+                                   "(the cache's were current or faster), 0 without a verified trial")
     winner = load(fleet["url"]).user_attrs[WINNER]
     row = Cache().get("simulator", "float32", *SHAPE)
     assert (row["family"], row["params"], row["gflops"]) == (winner["family"], winner["params"], winner["gflops"])

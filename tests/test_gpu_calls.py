@@ -22,7 +22,7 @@ SLEEP_CYCLES = 500_000_000  # ~0.25 s of one GPU thread spinning: long enough to
 
 @pytest.fixture(autouse=True)
 def fresh_plans(tmp_path, monkeypatch):
-    monkeypatch.setenv(store.ENV, str(tmp_path / "kernels"))
+    monkeypatch.setenv("MMTUNE_KERNELS", str(tmp_path / "kernels"))
     calls.clear()
     torch.backends.cuda.matmul.allow_tf32 = False
     yield

@@ -78,11 +78,49 @@ class FakeDriver:
 def fake_plan(monkeypatch, splits=1):
     driver = FakeDriver()
     monkeypatch.setattr(launch, "driver", driver)
-    dev = types.SimpleNamespace(make_current=lambda: None, ordinal=0)
+    dev = types.SimpleNamespace(enter=lambda: None, leave=lambda previous: None, ordinal=0)
     loaded = launch.LoadedKernel(library=None, kernel="k", dynamic_shared=0)
     words, slots = launch.pack_arguments([(30, 20), (20, 10), (30, 10)], 4)
     grid = launch.grid_for(30, 10, (16, 8), splits)
     return launch.Plan(loaded, dev, grid, (64,), words, slots, 30 * 10 if splits > 1 else 0), driver
+
+
+class ContextDriver(FakeDriver):
+    """Also tracks the thread's current context, as the CUDA driver does."""
+
+    def __init__(self, current):
+        super().__init__()
+        self.current, self.at_launch = current, []
+
+    def cuCtxGetCurrent(self):
+        return 0, self.current
+
+    def cuCtxSetCurrent(self, context):
+        self.current = context
+        return (0,)
+
+    def cuLaunchKernel(self, *args):
+        self.at_launch.append(self.current)
+        return super().cuLaunchKernel(*args)
+
+
+@pytest.mark.parametrize("caller", [7, 0], ids=["another GPU's context", "no context"])
+def test_a_launch_on_another_gpu_puts_the_callers_context_back(monkeypatch, caller):
+    """PyTorch follows the thread's current context: leaving GPU 1's current after a call on
+    cuda:1 tensors sent its next work on cuda:0 to GPU 1 (an illegal address, seen on 2 H200s)."""
+    driver = ContextDriver(caller)
+    monkeypatch.setattr(launch, "driver", driver)
+    gpu1 = object.__new__(launch.Device)
+    gpu1.ordinal, gpu1.context, gpu1.context_id = 1, 11, 11
+    loaded = launch.LoadedKernel(library=None, kernel="k", dynamic_shared=0)
+    words, slots = launch.pack_arguments([(30, 20), (20, 10), (30, 10)], 4)
+    plan = launch.Plan(loaded, gpu1, launch.grid_for(30, 10, (16, 8), 1), (64,), words, slots)
+    assert driver.current == caller
+    plan.launch(0x1000, 0x2000, 0x3000, 0)
+    assert driver.at_launch == [11] and driver.current == caller
+    driver.current = 11  # already current: nothing to switch or put back
+    plan.launch(0x1000, 0x2000, 0x3000, 0)
+    assert driver.at_launch == [11, 11] and driver.current == 11
 
 
 def test_a_plan_writes_only_pointers_and_stream_per_call(monkeypatch):

@@ -107,6 +107,9 @@ def test_a_fresh_row_replaces_a_stale_one_even_if_slower():
     assert Cache().record(row(H100, gflops=100.0, pad=1), hashes)
     assert Cache().get(H100, "float32", 256, 256, 256)["params"] == {"tpb": 8, "pad": 1}
     assert not Cache().record(row(H100, gflops=50.0, pad=2), hashes)  # both current: the faster stays
+    assert not Cache().record(row(H100, gflops=900.0, pad=3, fresh=False), hashes)  # a stale row never displaces a current one
+    assert not Cache().merge([row(H100, gflops=900.0, pad=3, fresh=False)], hashes)
+    assert Cache().get(H100, "float32", 256, 256, 256)["params"] == {"tpb": 8, "pad": 1}
 
 
 def test_an_older_cache_gains_the_sm_count_column_in_place(isolated_cache):
@@ -153,3 +156,13 @@ def test_warm_retime_re_times_stale_rows_from_the_cli(monkeypatch):
     assert result.exit_code == 0, result.output
     assert f"{H100} float32 8x8x8 shared: 100 -> " in result.stdout
     assert not autotune.cache.stale(Cache().get(H100, "float32", 8, 8, 8), kernels.source_hashes())
+
+
+def test_lookup_for_another_gpu_of_the_host(monkeypatch):
+    """The call path looks up for the operands' GPU, which on a mixed host is not the current one."""
+    from autotune.backends import Device
+
+    ship(monkeypatch, row(H100, pad=1), row(H200, pad=2))
+    assert autotune.lookup(256, 256, 256).config["pad"] == 1
+    choice = autotune.lookup(256, 256, 256, device=Device(H200, "9.0", 132))
+    assert (choice.config["pad"], choice.measured_on, choice.gpu_match) == (2, H200, "this GPU model")

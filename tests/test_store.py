@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import kernels
 from autotune import records, store
 from autotune.cli import app
 
@@ -132,8 +133,8 @@ print(json.dumps({"key": entry.key, "header": entry.header, "elf": entry.cubin[:
 """
 LOAD = """
 import json, sys
-from autotune import calls
-family, config, entry = calls.find_entry("NVIDIA H200", (9, 0), 96, 80, 64, "float32")
+from autotune import backends, calls
+family, config, entry = calls.find_entry(backends.Device("NVIDIA H200", "9.0", 132), 96, 80, 64, "float32")
 loaded = [m for m in sys.modules if m == "numba" or m.startswith(("numba.", "kernels"))]
 print(json.dumps({"key": entry.key, "family": family, "loaded": loaded}))
 """
@@ -155,12 +156,14 @@ def test_a_stored_kernel_loads_in_a_fresh_process_without_numba(root):
     assert result == {"key": built["key"], "family": "splitk", "loaded": []}
 
 
-def test_warm_takes_the_architectures_rows_cache_over_shipped(root, monkeypatch):
+def test_warm_takes_the_architectures_rows_as_lookup_prefers_them(root, monkeypatch):
+    """Of a shipped and a cached row for one GPU and shape, the current one, else the faster."""
     from autotune import cache
 
+    current = kernels.source_hash("vector")
     shipped = {"device": "NVIDIA H200", "dtype": "float32", "m": 8, "n": 8, "k": 8, "family": "vector",
-               "params": {"from": "shipped"}, "cc": "9.0"}
-    cached = dict(shipped, params={"from": "cache"})
+               "params": {"from": "shipped"}, "cc": "9.0", "gflops": 2.0, "source_hash": current}
+    cached = dict(shipped, params={"from": "cache"}, gflops=3.0)
     other = dict(shipped, m=16, cc="8.0")
     monkeypatch.setattr(records, "shipped_rows", lambda device, dtype: [shipped, other])
     monkeypatch.setattr(cache.Cache, "rows", lambda self, *a, **k: [cached])
@@ -168,6 +171,10 @@ def test_warm_takes_the_architectures_rows_cache_over_shipped(root, monkeypatch)
     monkeypatch.setattr(store, "keep", lambda row, root=None: kept.append(row["params"]) or fake_entry({}))
     results = store.warm((9, 0))
     assert kept == [{"from": "cache"}] and [r.error for r in results] == [None]
+    kept.clear()
+    monkeypatch.setattr(cache.Cache, "rows", lambda self, *a, **k: [dict(cached, source_hash="older", gflops=9.0)])
+    store.warm((9, 0))
+    assert kept == [{"from": "shipped"}]
 
 
 def test_warm_refuses_a_bad_architecture_in_one_line():
