@@ -65,18 +65,9 @@ def backend() -> str:
 
 
 def _driver_wanted() -> bool:
-    if os.environ.get(ENV, "driver") == "numba" or simulated():
+    if os.environ.get(ENV, "driver") == "numba" or backends.simulated():
         return False
     return launch.driver_available()
-
-
-def simulated() -> bool:
-    """NUMBA_ENABLE_CUDASIM, read as numba does, without importing numba if it is not loaded yet."""
-    if "numba" in sys.modules:
-        from numba import config
-
-        return bool(config.ENABLE_CUDASIM)
-    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 
 
 def matmul(A, B, out=None, stream=None):
@@ -135,7 +126,7 @@ def _first_sight(A, B, out, stream):
     if isinstance(A, np.ndarray) or isinstance(B, np.ndarray) or backend() == "numba":
         from autotune import runtime
 
-        if stream is None and not isinstance(A, np.ndarray) and not simulated():
+        if stream is None and not isinstance(A, np.ndarray) and not backends.simulated():
             stream = _caller_stream(A)
         return runtime.matmul(A, B, out, stream)
     _register(A, "A")

@@ -172,7 +172,7 @@ def lookup(
 
 @app.command()
 def bench(
-    shapes: str = typer.Option("standard", help="A suite (standard, squares, quick; autotune/data/suites.json), or shapes like 1024x1024x1024,4096x512x64."),
+    shapes: str = typer.Option("standard", help="A suite (standard, squares, quick, wide, seeded; autotune/data/suites.json), or shapes like 1024x1024x1024,4096x512x64."),
     dtype: str = typer.Option("float32", help=DTYPE_HELP),
     out: Optional[Path] = typer.Option(None, help="Directory for bench.json and bench.png."),
     seeds: bool = typer.Option(True, help="Also time the seed kernels (naive, shared TPB=16)."),

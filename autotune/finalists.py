@@ -52,7 +52,7 @@ def retime(study: optuna.Study, measurer, shape, dtype: str, seed: int | None, o
     configs = pending(study)
     fork = getattr(measurer, "fork", None)
     measurers = [measurer] + ([fork() for _ in configs[1:]] if fork else [])
-    jobs = [(config, measurers[i % len(measurers)], np.random.default_rng([seed or 0, len(study.trials), 1, i]))
+    jobs = [(config, measurers[i % len(measurers)], np.random.default_rng([seed or 0, len(study.get_trials(deepcopy=False)), 1, i]))
             for i, config in enumerate(configs)]
     try:
         if len(measurers) == 1:

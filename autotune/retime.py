@@ -15,6 +15,8 @@ from autotune.cache import Cache, stale
 from autotune.finalists import FINAL_LAUNCHES
 from autotune.isolation import Isolated
 from autotune.measure import device_info, measure, versions
+from autotune.workers import close_measurer
+from kernels.base import Config
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,10 @@ def stale_rows(cache: Cache, device: str, dtype: str | None = None, shipped: boo
         current = {(r["dtype"], r["m"], r["n"], r["k"]) for r in cached if not stale(r, hashes)}
         found += [r for r in records.shipped_rows(device, dtype)
                   if stale(r, hashes) and (r["dtype"], r["m"], r["n"], r["k"]) not in current]
-    return found
+    distinct = {}
+    for row in found:  # a config stale in the cache and in the records is measured once
+        distinct.setdefault((row["dtype"], row["m"], row["n"], row["k"], Config.of(row["family"], row["params"])), row)
+    return list(distinct.values())
 
 
 def retime_stale(cache: Cache | None = None, dtype: str | None = None, shipped: bool = True, measurer=None,
@@ -53,7 +58,7 @@ def retime_stale(cache: Cache | None = None, dtype: str | None = None, shipped: 
             shape = (row["m"], row["n"], row["k"])
             try:
                 result = measurer(kernels.build(row["family"], row["params"], row["dtype"]), *shape, rng,
-                                  repeat=FINAL_LAUNCHES)
+                                  repeat=FINAL_LAUNCHES, lock=str(cache.path.parent / "measure.lock"))
             except Exception as error:  # the config no longer builds or runs on today's code
                 done.append(Retimed(row, None, f"{type(error).__name__}: {error}"))
                 continue
@@ -68,7 +73,5 @@ def retime_stale(cache: Cache | None = None, dtype: str | None = None, shipped: 
             cache.record(new, hashes)
             done.append(Retimed(row, new))
     finally:
-        close = getattr(measurer, "close", None)
-        if close is not None:
-            close()
+        close_measurer(measurer)
     return done

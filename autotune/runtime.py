@@ -202,9 +202,15 @@ def matmul(A, B, out=None, stream=None):
 
 
 def _numba_stream(stream):
+    """A Numba stream for `stream`: a Numba stream as it is, else a raw handle or a PyTorch or CuPy
+    stream wrapped."""
     from numba import cuda
 
-    return cuda.external_stream(stream) if isinstance(stream, int) else stream
+    if isinstance(stream, cuda.cudadrv.driver.Stream):
+        return stream
+    from autotune import launch
+
+    return cuda.external_stream(launch.stream_handle(stream))
 
 
 def _plan(dA, dB) -> _Plan:

@@ -21,6 +21,7 @@ from autotune.space import infeasibility, suggest
 from autotune.storage import StorageError, open_storage, storage_errors
 from autotune.study import OWNER, measured_trials
 
+MEASURING = "measuring"  # user attribute of a trial past its pruning and repeat checks
 PROPOSALS_PER_TRIAL = 50  # give up if the sampler keeps proposing infeasible or measured configs
 
 #: measure(kernel, m, n, k, rng, repeat=..., lock=...) -> Measurement; by default autotune.measure.measure
@@ -69,6 +70,7 @@ class Search:
                 return earlier.value
             rng = np.random.default_rng([self.seed or 0, trial.number])
             kernel = kernels.build(config.family, config.params, self.dtype)
+            trial.set_user_attr(MEASURING, True)
             return _measure_trial(trial, self.measurer, kernel, self.shape, rng, self.lock)
 
         return objective
@@ -148,7 +150,7 @@ def _goal_in_hand(study: optuna.Study, trial: optuna.Trial, goal: int) -> bool:
     """Whether the measured trials and those other workers are measuring already make `goal`:
     a worker starting one more would only overshoot it."""
     running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-    in_flight = sum(t.number != trial.number and "owner" in t.user_attrs for t in running)
+    in_flight = sum(t.number != trial.number and MEASURING in t.user_attrs for t in running)
     return len(measured_trials(study)) + in_flight >= goal
 
 

@@ -46,7 +46,7 @@ tune(TuneRequest(6, 5, 4, trials=6, families=["shared"], storage=sys.argv[1], jo
 SLOW_HOST = """
 import sys, time
 sys.path.insert(0, sys.argv[2])
-from replay import Replay, config_key
+from autotune.replay import Replay, config_key
 from autotune.space import DeviceLimits, feasible_configs
 from autotune.tuner import TuneRequest, tune
 replay = Replay({config_key("shared", c): 10.0 * c["tpb"] + c["pad"] for c in feasible_configs("shared", "float32", DeviceLimits())})

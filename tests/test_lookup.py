@@ -138,9 +138,11 @@ def test_stale_rows_of_this_gpu_are_retimed_into_the_cache(monkeypatch):
 
     shipped_stale = row(H100, shape=(64, 64, 64), pad=1, fresh=False)
     ship(monkeypatch, shipped_stale, row(H100, shape=(32, 32, 32)), row(H200, shape=(16, 16, 16), fresh=False))
-    cache(row(H100, pad=2, fresh=False), row(H100, shape=(8, 8, 8), pad=0, fresh=False))
+    cache(row(H100, pad=2, fresh=False), row(H100, shape=(8, 8, 8), pad=0, fresh=False),
+          row(H100, shape=(64, 64, 64), pad=1, fresh=False))  # stale in the cache and the records: once
     replay = Replay({config_key("shared", {"tpb": 8, "pad": 2}): 7.0}, default=3.0)
     done = retime_stale(measurer=replay, dtype="float32")
+    assert len(replay.calls) == 3
     assert sorted((r.old["m"], r.new["gflops"]) for r in done) == [(8, 3.0), (64, 3.0), (256, 7.0)]
     rows = {r["m"]: r for r in Cache().rows(H100)}
     assert set(rows) == {8, 64, 256} and not any(autotune.cache.stale(r, kernels.source_hashes()) for r in rows.values())

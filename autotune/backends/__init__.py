@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from dataclasses import dataclass
 from functools import cache
 
@@ -53,8 +54,20 @@ class Device:
         return {"device": self.name, "cc": self.cc, "sm_count": self.sm_count, "driver": self.driver}
 
 
+def simulated() -> bool:
+    """NUMBA_ENABLE_CUDASIM as numba reads it (an integer, 0 by default), without importing numba
+    when it is not loaded yet."""
+    numba_config = sys.modules.get("numba.core.config")
+    if numba_config is not None:
+        return bool(numba_config.ENABLE_CUDASIM)
+    try:
+        return int(os.environ.get("NUMBA_ENABLE_CUDASIM", "0") or 0) != 0
+    except ValueError:
+        return False
+
+
 def name() -> str:
-    return "simulator" if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" else "numba-cuda"
+    return "simulator" if simulated() else "numba-cuda"
 
 
 @cache
