@@ -10,6 +10,7 @@ Importing the package loads nothing heavy: numba is imported on first use of `lo
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 __all__ = ["matmul", "lookup"]
@@ -21,9 +22,9 @@ def _check_kernels() -> None:
     `kernels` installs too: refuse at once to run on another package of that name."""
     try:
         spec = importlib.util.find_spec("kernels")
-        origin = spec.origin if spec else None
     except ValueError:  # imported already, without a spec
-        origin = None
+        spec = None
+    origin = spec.origin if spec else None
     try:
         ours = origin is not None and KERNELS_MARK in Path(origin).read_text(encoding="utf-8", errors="replace")
     except OSError:
@@ -31,7 +32,10 @@ def _check_kernels() -> None:
     if ours:
         return
     beside = Path(__file__).resolve().parent.parent / "kernels" / "__init__.py"
-    found = origin or (f"a namespace package at {', '.join(spec.submodule_search_locations)}" if spec else "nothing")
+    if origin is None and spec is not None and spec.submodule_search_locations:
+        found = f"a namespace package at {', '.join(spec.submodule_search_locations)}"
+    else:
+        found = origin or ("a module without a spec" if spec is None and "kernels" in sys.modules else "nothing")
     expected = f"mmtune's is at {beside}" if beside.is_file() and str(beside) != origin else "mmtune's is missing or overwritten"
     raise ImportError(
         f"mmtune needs its own top-level package `kernels`, but `import kernels` finds {found}{_distribution()}; "
