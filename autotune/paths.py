@@ -4,6 +4,7 @@ cache and the kernel store without loading sqlite-utils or numba."""
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 CACHE_ENV = "MMTUNE_CACHE"
@@ -26,3 +27,18 @@ def store_directory() -> Path:
     """MMTUNE_KERNELS, else kernels/ in the platform's user cache directory."""
     env = os.environ.get(STORE_ENV)
     return Path(env).expanduser() if env else user_cache() / "kernels"
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Readers see the old file or the new one, never a part: write aside, then rename over."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from autotune.cache import COLUMNS, KEY, Cache, RecordsError, decode, read_records, replaces, validate_records
+from autotune.paths import write_atomically
 
 DATA = resources.files("autotune") / "data"
 SIMULATOR = "simulator"  # the device name of rows measured under Numba's CUDA simulator
@@ -125,7 +125,10 @@ def _merge_into(path: Path, new: list[dict]) -> Promotion:
         added, replaced = added + (old is None), replaced + (old is not None)
         merged[_key(row)] = _canonical(row)
     rows = [merged[key] for key in sorted(merged)]
-    _write_atomically(path, json.dumps(rows, indent=2) + "\n")
+    try:
+        write_atomically(path, (json.dumps(rows, indent=2) + "\n").encode())
+    except OSError as error:
+        raise PromoteError(f"cannot write {path}: {error}") from None
     return Promotion(path, added, replaced, kept, len(rows))
 
 
@@ -146,17 +149,3 @@ def _canonical(row: dict) -> dict:
     return {c: dict(sorted(row["params"].items())) if c == "params" else row.get(c) for c in COLUMNS}
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    temporary = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as file:
-            temporary = file.name
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except OSError as error:
-        if temporary is not None and os.path.exists(temporary):
-            os.unlink(temporary)
-        raise PromoteError(f"cannot write {path}: {error}") from None

@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import struct
-import tempfile
 import warnings
 from dataclasses import dataclass
 from functools import cache
@@ -34,7 +32,7 @@ from importlib.metadata import PackageNotFoundError, version
 from importlib.util import find_spec
 from pathlib import Path
 
-from autotune.paths import store_directory
+from autotune.paths import store_directory, write_atomically
 
 FORMAT = 1
 MAGIC = b"MMTUNE-CUBIN\n"
@@ -105,7 +103,7 @@ def source_hash(root: Path | None = None) -> str:
             changed = True
         digests.append(f"{path.name}:{known[2]}")
     if changed:
-        _write_atomically(memo_path, json.dumps(memo, indent=1).encode())
+        write_atomically(memo_path, json.dumps(memo, indent=1).encode())
     return hashlib.sha256("\n".join(digests).encode()).hexdigest()[:16]
 
 
@@ -190,23 +188,8 @@ def read(parts: dict, root: Path | None = None) -> Entry | None:
 
 def write(entry: Entry, root: Path | None = None) -> Path:
     path = path_of(entry.key, root)
-    _write_atomically(path, encode(entry))
+    write_atomically(path, encode(entry))
     return path
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    """Readers see the old file or the new one, never a part: write aside, then rename over."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def build(family: str, config: dict, dtype: str, cc: tuple[int, int], root: Path | None = None) -> Entry:
@@ -331,7 +314,7 @@ def remember(device: str, dtype: str, shape: tuple[int, int, int], family: str, 
     config was looked up; default now)."""
     record = {"device": device, "dtype": dtype, "shape": list(shape), "family": family, "config": config,
               "cache": cache_stamp() if stamp is None else stamp}
-    _write_atomically(_shape_path(device, dtype, shape, root), json.dumps(record).encode())
+    write_atomically(_shape_path(device, dtype, shape, root), json.dumps(record).encode())
 
 
 def recall(device: str, dtype: str, shape: tuple[int, int, int], root: Path | None = None) -> tuple[str, dict] | None:

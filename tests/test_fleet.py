@@ -4,7 +4,6 @@ share one study, a host killed mid-trial is reaped, a server restart is survived
 one line, connection mistakes are one line, `pull` brings the winners home, and the password
 shows up nowhere."""
 
-import json
 import os
 import signal
 import subprocess
