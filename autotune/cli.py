@@ -449,7 +449,8 @@ def check(
         from autotune.space import DeviceLimits, compile_check, sample_configs
 
         target = tuple(int(x) for x in cc.split("."))
-        results = compile_check(family, sample_configs(family, dtype, DeviceLimits(), sample, seed), dtype, DeviceLimits(), target)
+        limits = DeviceLimits.for_cc(target)
+        results = compile_check(family, sample_configs(family, dtype, limits, sample, seed), dtype, limits, target)
     except (ValueError, RuntimeError) as error:
         _fail(error)
     table = Table("config", "registers", "spill bytes", "shared bytes", "verdict")

@@ -156,7 +156,7 @@ def _cached_rows(dtype: str) -> list[dict]:
 def _usable(row: dict, dtype: str) -> bool:
     """A row whose family or params no longer fit the code (after an upgrade) is skipped."""
     try:
-        reason = infeasibility(row["family"], row["params"], dtype, DeviceLimits())
+        reason = infeasibility(row["family"], row["params"], dtype, DeviceLimits.for_cc(row.get("cc")))
     except ValueError as error:  # unknown family
         reason = str(error)
     if reason:

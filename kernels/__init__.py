@@ -15,7 +15,9 @@ from functools import cache
 from types import ModuleType
 
 from . import base, intrinsics, tiles
-from .base import DTYPES, Config, DeviceLimits, Family, GridTooLarge, Kernel
+from .base import (
+    DTYPES, LAYOUTS, Config, DeviceLimits, Family, GridTooLarge, Kernel, check_layout, grid_of, offset_bits_for,
+)
 
 #: the mark autotune looks for in this file: PyPI's `kernels` distribution installs another top-level `kernels`
 __mmtune__ = True
@@ -41,10 +43,14 @@ def family(name: str) -> Family:
         raise ValueError(f"unknown kernel family {name!r}; known: {', '.join(FAMILIES)}") from None
 
 
-def build(name: str, config: dict, dtype: str) -> Kernel:
+def build(name: str, config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32) -> Kernel:
+    """The kernel of family `name` and `config` for `dtype`, taking A and B as `layout` says
+    (LAYOUTS), with `offset_bits`-bit element offsets (offset_bits_for)."""
     if dtype not in DTYPES:
         raise ValueError(f"unsupported dtype {dtype!r}; supported: {', '.join(DTYPES)}")
-    return family(name).build(config, dtype)
+    if offset_bits not in (32, 64):
+        raise ValueError(f"offset_bits must be 32 or 64, got {offset_bits!r}")
+    return family(name).build(config, dtype, check_layout(layout), offset_bits)
 
 
 @cache
@@ -63,6 +69,6 @@ def source_hashes() -> dict[str, str]:
 
 
 __all__ = [
-    "DTYPES", "FAMILIES", "Config", "DeviceLimits", "Family", "GridTooLarge", "Kernel", "build", "family",
-    "source_hash", "source_hashes",
+    "DTYPES", "FAMILIES", "LAYOUTS", "Config", "DeviceLimits", "Family", "GridTooLarge", "Kernel", "build",
+    "family", "grid_of", "offset_bits_for", "source_hash", "source_hashes",
 ]

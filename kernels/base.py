@@ -25,7 +25,15 @@ DTYPES = {
     "int32": (np.dtype(np.int32), numba.int32),
 }
 
-MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y; rows of C-tiles go there
+MAX_GRID_X = 2**31 - 1  # CUDA's limit on gridDim.x, where the tiles of C go
+#: which operands are passed transposed: "T" for A means the kernel receives A's C-contiguous
+#: transpose, K x M (a view A = X.T of a K x M array X); likewise N x K for B
+LAYOUTS = ("NN", "NT", "TN", "TT")
+#: element offsets are computed in 32 bits (cheaper) unless an operand has this many elements
+WIDE_OFFSET_ELEMENTS = 2**32
+#: rows of tiles a block-index group walks before moving right, so that neighbouring blocks share
+#: tiles of A and B in L2 (the order Triton's matmul tutorial calls "grouped")
+GROUP_ROWS = 8
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,77 @@ class DeviceLimits:
     max_registers_per_thread: int = 255
     max_registers_per_block: int = 64 * 1024
     max_threads_per_sm: int = 2048  # 1536 on sm_86/sm_89
+    #: shared memory a block may opt in to as dynamic shared memory (the 48 KB of static shared
+    #: memory is what every device allows; see for_cc)
+    max_dynamic_shared_per_block: int = 48 * 1024
+
+    @classmethod
+    def for_cc(cls, cc: str | tuple | None) -> "DeviceLimits":
+        """The defaults, with the dynamic shared memory GPUs of compute capability `cc` allow
+        (cudaDevAttrMaxSharedMemoryPerBlockOptin, by architecture)."""
+        if cc is None:
+            return cls()
+        key = cc if isinstance(cc, str) else "{}.{}".format(*cc)
+        return cls(max_dynamic_shared_per_block=OPT_IN_SHARED.get(key, 48 * 1024))
+
+
+OPT_IN_SHARED = {
+    "7.0": 96 * 1024, "7.2": 96 * 1024, "7.5": 64 * 1024, "8.0": 163 * 1024, "8.6": 99 * 1024, "8.7": 163 * 1024,
+    "8.9": 99 * 1024, "9.0": 227 * 1024, "10.0": 227 * 1024, "12.0": 99 * 1024,
+}
+
+
+def offset_bits_for(m: int, n: int, k: int) -> int:
+    """32, or 64 when an operand of an (M x K) @ (K x N) product is too large for 32-bit offsets."""
+    return 64 if max(m * k, k * n, m * n) >= WIDE_OFFSET_ELEMENTS else 32
+
+
+def grid_of(m: int, n: int, tile: tuple[int, int], splits: int = 1) -> tuple[int, int, int]:
+    """(tiles of C, K-splits, 1): every tile on grid x, whose limit no product in memory reaches."""
+    rows, cols = tile
+    tiles = -(-m // rows) * -(-n // cols)
+    if tiles > MAX_GRID_X:
+        raise GridTooLarge(f"{m}x{n} needs {tiles} blocks, over CUDA's {MAX_GRID_X}")
+    return tiles, splits, 1
+
+
+def check_layout(layout: str) -> str:
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}; known: {', '.join(LAYOUTS)}")
+    return layout
+
+
+def tile_origin(rows: int, cols: int):
+    """A device function origin(M, N) -> (row0, col0) of the tile of C this block computes: block
+    x counts tiles in groups of GROUP_ROWS tile rows, column by column within a group."""
+    ROWS, COLS, GROUP = rows, cols, GROUP_ROWS
+
+    @cuda.jit(device=True)
+    def origin(M, N):
+        tile = cuda.blockIdx.x
+        tile_rows = (M + ROWS - 1) // ROWS
+        tile_cols = (N + COLS - 1) // COLS
+        per_group = GROUP * tile_cols
+        first_row = (tile // per_group) * GROUP
+        height = min(tile_rows - first_row, GROUP)
+        within = tile % per_group
+        return (first_row + within % height) * ROWS, (within // height) * COLS
+
+    return origin
+
+
+def product_shape(layout: str):
+    """A device function dims(A, B) -> (M, N, K) of the arrays a kernel of `layout` receives."""
+    A_T, B_T = check_layout(layout)[0] == "T", layout[1] == "T"
+
+    @cuda.jit(device=True)
+    def dims(A, B):
+        M = A.shape[1] if A_T else A.shape[0]
+        K = A.shape[0] if A_T else A.shape[1]
+        N = B.shape[0] if B_T else B.shape[1]
+        return M, N, K
+
+    return dims
 
 
 def numba_type(dtype: str):
@@ -66,7 +145,7 @@ class Family:
     space: dict  # {parameter: [values]}, the search space as plain data
     default: dict  # a config feasible on any CUDA device
     restrict: Callable  # restrict(config, dtype, limits) -> why it cannot run, or None
-    build: Callable  # build(config, dtype) -> Kernel
+    build: Callable  # build(config, dtype, layout, offset_bits) -> Kernel
     #: where a cold study tries this family's default: lower first. Workers starting together
     #: climb from the first queued config, so the family most likely to win goes first.
     first_guess: int
@@ -118,8 +197,9 @@ class GridTooLarge(ValueError):
 class Kernel:
     """A compiled-on-demand kernel for one (family, config, dtype) that knows its launch geometry.
 
-    The Python function computes C = A @ B for C-contiguous 2-D arrays of `dtype`; one block
-    covers a `tile` = (rows, cols) of C with `block` threads.
+    The Python function computes C = A @ B for C-contiguous 2-D arrays of `dtype`, A and B passed
+    as `layout` says (see LAYOUTS); one block covers a `tile` = (rows, cols) of C with `block`
+    threads, the tiles along grid x (tile_origin).
     """
 
     family: str
@@ -132,6 +212,10 @@ class Kernel:
     splits: int = 1
     #: blocks that must fit on one SM at once: ptxas caps registers at 64K / (threads x min_blocks)
     min_blocks: int = 1
+    layout: str = "NN"
+    offset_bits: int = 32
+    #: bytes of dynamic shared memory each launch passes (above 48 KB the kernel must opt in)
+    dynamic_shared: int = 0
     _dispatcher: object = field(default=None, repr=False)
 
     @property
@@ -143,15 +227,8 @@ class Kernel:
     def threads(self) -> int:
         return math.prod(self.block)
 
-    def grid(self, m: int, n: int) -> tuple[int, int]:
-        rows, cols = self.tile
-        grid = (-(-n // cols), -(-m // rows))
-        if grid[1] > MAX_GRID_Y:
-            raise GridTooLarge(
-                f"M={m} needs {grid[1]} block rows, over CUDA's {MAX_GRID_Y}; "
-                f"use a config with a taller tile than {rows}"
-            )
-        return grid if self.splits == 1 else (*grid, self.splits)
+    def grid(self, m: int, n: int) -> tuple[int, int, int]:
+        return grid_of(m, n, self.tile, self.splits)
 
     @property
     def launch_bounds(self) -> tuple[int, ...]:
@@ -167,17 +244,18 @@ class Kernel:
 
             options = {} if config.ENABLE_CUDASIM else {"launch_bounds": self.launch_bounds}
             self._dispatcher = cuda.jit(self.signature, **options)(self.py_func)
+            if self.dynamic_shared > DEFAULT_DYNAMIC_SHARED and not config.ENABLE_CUDASIM:
+                _allow_dynamic_shared(self._dispatcher, self.dynamic_shared)
         return self._dispatcher
 
     def launcher(self, m: int, n: int, stream=0) -> Callable:
         """f(A, B, C) launching on an M x N output; configure once, call many times."""
         if m == 0 or n == 0:
             return _nothing
-        launch = self.compile()[self.grid(m, n), self.block, stream]
+        launch = self.compile()[self.grid(m, n), self.block, stream, self.dynamic_shared]
         if self.splits == 1:
             return launch
-        zero = zero_fill(self.dtype)[(-(-n // ZERO_BLOCK[0]), -(-m // ZERO_BLOCK[1])), ZERO_BLOCK, stream]
-
+        zero = zero_fill(self.dtype)[-(-m * n // ZERO_BLOCK), ZERO_BLOCK, stream]
         def zero_then_launch(A, B, C):
             zero(C)
             launch(A, B, C)
@@ -191,19 +269,33 @@ class Kernel:
     __call__ = launch
 
 
-ZERO_BLOCK = (32, 8)
+DEFAULT_DYNAMIC_SHARED = 48 * 1024
+
+
+def _allow_dynamic_shared(dispatcher, size: int) -> None:
+    """Let the compiled kernel take `size` bytes of dynamic shared memory on the current device
+    (numba-cuda's launcher does not opt in by itself)."""
+    from numba.cuda.cudadrv.driver import binding, driver
+
+    function = next(iter(dispatcher.overloads.values()))._codelibrary.get_cufunc()
+    attribute = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    driver.cuKernelSetAttribute(attribute, size, function.handle, function.device.id)
+
+
+ZERO_BLOCK = 256
 
 
 @functools.cache
 def zero_fill(dtype: str):
-    """A kernel setting a 2-D array to 0: split kernels add their partial products into C."""
+    """A kernel setting a 2-D array to 0, one element per thread along grid x: split kernels add
+    their partial products into C."""
     zero = numba_type(dtype)(0)
 
     @cuda.jit(f"void({dtype}[:, ::1])")
     def fill(C):
-        col, row = cuda.grid(2)
-        if row < C.shape[0] and col < C.shape[1]:
-            C[row, col] = zero
+        index = cuda.grid(1)
+        if index < C.shape[0] * C.shape[1]:
+            C[index // C.shape[1], index % C.shape[1]] = zero
 
     return fill
 

@@ -3,20 +3,24 @@
 Numba indexes with 64-bit signed integers and wraps negative indices around, which costs a shift,
 a mask and 64-bit multiplies per access (visible in the SASS of a tile fetch). `load` and `store`
 compute the element offset of a C-contiguous array in unsigned 32-bit arithmetic with no
-wraparound, so the caller guarantees every index is in range and the array has < 2**32 elements
-(kernels.base.check_operands refuses larger ones). `vector_load` reads `width` adjacent elements
+wraparound, so the caller guarantees every index is in range and the array has < 2**32 elements;
+kernels built with offset_bits=64 (for larger operands) compute it in 64 bits instead. `vector_load` reads `width` adjacent elements
 as one LLVM vector (<4 x float>, <2 x double>), which compiles to one 16-byte load
 (`ld.shared.v4.f32`, `ld.global.v4.f32`, `ld.shared.v2.f64`...) and `vector_store` writes them
 so; the caller guarantees 16-byte alignment, which `rows_aligned` checks for a whole array.
 `async_copy` moves elements from global to shared memory without staging them in registers
 (`cp.async`, sm_80 and later), completed by `async_commit` and `async_wait` and a barrier.
+`dynamic_shared_array` carves a fixed-shape array out of the block's dynamic shared memory, which
+a launch may size past the 48 KB that static shared arrays are limited to.
 Under the CUDA simulator (which runs kernels as Python) the same calls are plain indexing, and
 copies complete at once.
 """
 
 from __future__ import annotations
 
-from numba import config
+import functools
+
+from numba import config, cuda
 
 VECTOR_BYTES = 16
 #: what to pass as `alignment=` to cuda.shared.array: the simulator accepts only None
@@ -48,12 +52,32 @@ def rows_aligned(width: int):
     return _simulated_rows_aligned(width) if config.ENABLE_CUDASIM else _intrinsic_rows_aligned(width)
 
 
-def async_copy(width: int):
+def async_copy(width: int, bits: int = 32):
     """copy(dst, dst_index, src, src_index, valid): start copying `width` adjacent elements of the
     global array src at src_index into the shared array dst at dst_index (both 16-byte aligned
     when width > 1); when not `valid`, write zeros and read nothing. The copy is in flight until
-    `async_wait` says its group is done; other threads see it after a barrier."""
-    return _simulated_async_copy(width) if config.ENABLE_CUDASIM else _intrinsic_async_copy(width)
+    `async_wait` says its group is done; other threads see it after a barrier. The source offset
+    is computed in `bits` bits."""
+    return _simulated_async_copy(width) if config.ENABLE_CUDASIM else _intrinsic_async_copy(width, bits)
+
+
+def scalar_access(bits: int = 32):
+    """(load, store): load(array, index) -> array[index] and store(array, index, value), the
+    offset computed in `bits` bits."""
+    if config.ENABLE_CUDASIM:
+        return _simulated_load, _simulated_store
+    return _intrinsic_scalar_access(bits)
+
+
+def dynamic_shared_array(shape: tuple, dtype, offset: int = 0):
+    """A device function f() -> a C-contiguous `shape` array of `dtype` (a Numba type) at element
+    `offset` of the block's dynamic shared memory, which the launch must size to hold it. Unlike
+    slicing and reshaping `cuda.shared.array(0, dtype)`, which go through generic addresses and a
+    runtime call, the array's address stays a known shared-memory one, so its loads stay
+    `ld.shared` with immediate offsets."""
+    if config.ENABLE_CUDASIM:
+        return _simulated_dynamic_shared_array(shape, dtype, offset)
+    return _intrinsic_dynamic_shared_array(tuple(shape), dtype, offset)
 
 
 def async_commit():
@@ -78,6 +102,18 @@ def _simulated_async_copy(width: int):
 
 def _simulated_nothing():
     pass
+
+
+def _simulated_dynamic_shared_array(shape: tuple, dtype, offset: int):
+    import math
+
+    SHAPE, START, STOP = shape, offset, offset + math.prod(shape)
+
+    @cuda.jit(device=True)
+    def tiles():
+        return cuda.shared.array(0, dtype)[START:STOP].reshape(SHAPE)
+
+    return tiles
 
 
 def _simulated_vector_load(width: int):
@@ -200,7 +236,7 @@ def _intrinsic_vector_store(width: int):
     return store
 
 
-def _intrinsic_async_copy(width: int):
+def _intrinsic_async_copy(width: int, bits: int):
     from llvmlite import ir
     from numba import types
     from numba.cuda.extending import intrinsic
@@ -215,7 +251,7 @@ def _intrinsic_async_copy(width: int):
             element = context.get_value_type(dst_type.dtype)
             size = width * context.get_abi_sizeof(element)
             target = _element_pointer(context, builder, dst_type, args[0], dst_index_type, args[1], bits=64)
-            source = _element_pointer(context, builder, src_type, args[2], src_index_type, args[3])
+            source = _element_pointer(context, builder, src_type, args[2], src_index_type, args[3], bits=bits)
             i32 = ir.IntType(32)
             # Cast to the shared and global address spaces in LLVM, where the backend folds them
             # into the addressing; inline PTX would convert generic addresses at run time.
@@ -282,31 +318,32 @@ def _intrinsic_rows_aligned(width: int):
     return aligned
 
 
-def _intrinsic_scalar_access():
+@functools.cache
+def _intrinsic_scalar_access(bits: int):
     from numba import types
     from numba.cuda.extending import intrinsic
 
     @intrinsic
     def load(typingctx, array, index):
-        """array[index] with 32-bit offset arithmetic."""
+        """array[index] with `bits`-bit offset arithmetic."""
         if not _indexable(array, index):
             return None
 
         def codegen(context, builder, sig, args):
-            return builder.load(_element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1]))
+            return builder.load(_element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1], bits=bits))
 
         return array.dtype(array, index), codegen
 
     @intrinsic
     def store(typingctx, array, index, value):
-        """array[index] = value with 32-bit offset arithmetic."""
+        """array[index] = value with `bits`-bit offset arithmetic."""
         if not _indexable(array, index):
             return None
 
         def codegen(context, builder, sig, args):
             array_type, index_type, value_type = sig.args
             value = context.cast(builder, args[2], value_type, array_type.dtype)
-            builder.store(value, _element_pointer(context, builder, array_type, args[0], index_type, args[1]))
+            builder.store(value, _element_pointer(context, builder, array_type, args[0], index_type, args[1], bits=bits))
             return context.get_dummy_value()
 
         return types.none(array, index, value), codegen
@@ -314,4 +351,46 @@ def _intrinsic_scalar_access():
     return load, store
 
 
-load, store = (_simulated_load, _simulated_store) if config.ENABLE_CUDASIM else _intrinsic_scalar_access()
+load, store = scalar_access(32)
+
+
+def _intrinsic_dynamic_shared_array(shape: tuple, dtype, offset: int):
+    import math
+
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    SYMBOL = "_mmtune_dynamic_shared"  # every extern shared array aliases the launch's dynamic memory
+    array_type = types.Array(dtype, len(shape), "C")
+
+    @intrinsic
+    def tiles(typingctx):
+        def codegen(context, builder, sig, args):
+            element = context.get_data_type(dtype)
+            module = builder.module
+            memory = module.globals.get(SYMBOL)
+            if memory is None:
+                memory = ir.GlobalVariable(module, ir.ArrayType(ir.IntType(8), 0), SYMBOL, addrspace=3)
+                memory.linkage = "external"
+                memory.align = VECTOR_BYTES
+            itemsize = context.get_abi_sizeof(element)
+            start = builder.gep(memory, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), offset * itemsize)],
+                                inbounds=True)
+            data = builder.addrspacecast(builder.bitcast(start, ir.PointerType(element, 3)), ir.PointerType(element))
+            strides, step = [], itemsize
+            for extent in reversed(shape):
+                strides.append(step)
+                step *= extent
+            array = context.make_array(array_type)(context, builder)
+            context.populate_array(
+                array, data=data, shape=[context.get_constant(types.intp, s) for s in shape],
+                strides=[context.get_constant(types.intp, s) for s in reversed(strides)],
+                itemsize=context.get_constant(types.intp, itemsize), meminfo=None,
+            )
+            assert math.prod(shape) > 0
+            return array._getvalue()
+
+        return array_type(), codegen
+
+    return tiles

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from numba import cuda
 
-from .base import DeviceLimits, Family, Kernel, numba_type
+from .base import DeviceLimits, Family, Kernel, numba_type, product_shape, tile_origin
 
 SPACE = {
     "block_x": [8, 16, 32, 64, 128, 256],
@@ -23,19 +23,26 @@ def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
     return None
 
 
-def build(config: dict, dtype: str) -> Kernel:
+def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32) -> Kernel:
+    """Indexing is Numba's own, in 64 bits, so `offset_bits` changes nothing here."""
     acc_t = numba_type(dtype)
+    bx, by = config["block_x"], config["block_y"]
+    A_T, B_T = layout[0] == "T", layout[1] == "T"
+    origin, dims = tile_origin(by, bx), product_shape(layout)
 
     def naive_matmul(A, B, C):
-        col, row = cuda.grid(2)
-        if row < C.shape[0] and col < C.shape[1]:
+        M, N, K = dims(A, B)
+        row0, col0 = origin(M, N)
+        row = row0 + cuda.threadIdx.y
+        col = col0 + cuda.threadIdx.x
+        if row < M and col < N:
             acc = acc_t(0)
-            for i in range(A.shape[1]):
-                acc += A[row, i] * B[i, col]
+            for i in range(K):
+                acc += (A[i, row] if A_T else A[row, i]) * (B[col, i] if B_T else B[i, col])
             C[row, col] = acc
 
-    bx, by = config["block_x"], config["block_y"]
-    return Kernel("naive", dict(config), dtype, naive_matmul, block=(bx, by), tile=(by, bx))
+    return Kernel("naive", dict(config), dtype, naive_matmul, block=(bx, by), tile=(by, bx), layout=layout,
+                  offset_bits=offset_bits)
 
 
 FAMILY = Family("naive", SPACE, DEFAULT, restrict, build, first_guess=4)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from numba import cuda
 
-from .base import DeviceLimits, Family, Kernel, itemsize, numba_type
+from .base import DeviceLimits, Family, Kernel, itemsize, numba_type, product_shape, tile_origin
 from .tiles import loads_per_thread, restrict_tiling, tile_movers
 
 SPACE = {
@@ -46,7 +46,7 @@ def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
     return restrict_tiling(config, dtype, limits, shared_bytes(config, dtype))
 
 
-def build(config: dict, dtype: str) -> Kernel:
+def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32) -> Kernel:
     BM, BN, BK = config["bm"], config["bn"], config["bk"]
     TM, TN = config["tm"], config["tn"]
     PREFETCH = bool(config["prefetch"])
@@ -61,7 +61,8 @@ def build(config: dict, dtype: str) -> Kernel:
     ACC_SHAPE = (TM, TN)
     elem_t = numba_type(dtype)
 
-    fetch, stash = tile_movers(BM, BN, BK, THREADS, elem_t)
+    fetch, stash = tile_movers(BM, BN, BK, THREADS, elem_t, layout=layout, offset_bits=offset_bits)
+    origin, dims = tile_origin(BM, BN), product_shape(layout)
 
     @cuda.jit(device=True)
     def multiply_tile(sA, sB, row_base, col_base, a_frag, b_frag, acc):
@@ -85,12 +86,10 @@ def build(config: dict, dtype: str) -> Kernel:
         tid = cuda.threadIdx.x
         tx = tid % TX
         ty = tid // TX
-        row0 = cuda.blockIdx.y * BM
-        col0 = cuda.blockIdx.x * BN
+        M, N, K = dims(A, B)
+        row0, col0 = origin(M, N)
         row_base = ty * (1 if STRIDED else TM)
         col_base = tx * (1 if STRIDED else TN)
-        M, K = A.shape
-        N = B.shape[1]
         for i in range(TM):
             for j in range(TN):
                 acc[i, j] = elem_t(0)
@@ -124,7 +123,8 @@ def build(config: dict, dtype: str) -> Kernel:
                     if c < N:
                         C[r, c] = acc[i, j]
 
-    return Kernel("register", dict(config), dtype, register_matmul, block=(THREADS,), tile=(BM, BN))
+    return Kernel("register", dict(config), dtype, register_matmul, block=(THREADS,), tile=(BM, BN), layout=layout,
+                  offset_bits=offset_bits)
 
 
 FAMILY = Family("register", SPACE, DEFAULT, restrict, build, first_guess=2, shared_bytes=shared_bytes)

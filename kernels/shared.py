@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from numba import cuda
 
-from .base import DeviceLimits, Family, Kernel, itemsize, numba_type
+from .base import DeviceLimits, Family, Kernel, itemsize, numba_type, product_shape, tile_origin
 
 SPACE = {
     "tpb": [8, 16, 32],
@@ -34,27 +34,36 @@ def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
     return None
 
 
-def build(config: dict, dtype: str) -> Kernel:
+def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32) -> Kernel:
+    """Indexing is Numba's own, in 64 bits, so `offset_bits` changes nothing here."""
     TPB = config["tpb"]
     TILE = (TPB, TPB + config["pad"])
     elem_t = numba_type(dtype)
+    A_T, B_T = layout[0] == "T", layout[1] == "T"
+    origin, dims = tile_origin(TPB, TPB), product_shape(layout)
 
     def shared_matmul(A, B, C):
         sA = cuda.shared.array(TILE, elem_t)
         sB = cuda.shared.array(TILE, elem_t)
         tx = cuda.threadIdx.x
         ty = cuda.threadIdx.y
-        row = cuda.blockIdx.y * TPB + ty
-        col = cuda.blockIdx.x * TPB + tx
-        M, K = A.shape
-        N = B.shape[1]
+        M, N, K = dims(A, B)
+        row0, col0 = origin(M, N)
+        row = row0 + ty
+        col = col0 + tx
         zero = elem_t(0)
         acc = zero
         for k0 in range(0, K, TPB):
             a_col = k0 + tx
             b_row = k0 + ty
-            sA[ty, tx] = A[row, a_col] if row < M and a_col < K else zero
-            sB[ty, tx] = B[b_row, col] if b_row < K and col < N else zero
+            if row < M and a_col < K:
+                sA[ty, tx] = A[a_col, row] if A_T else A[row, a_col]
+            else:
+                sA[ty, tx] = zero
+            if b_row < K and col < N:
+                sB[ty, tx] = B[col, b_row] if B_T else B[b_row, col]
+            else:
+                sB[ty, tx] = zero
             cuda.syncthreads()
             for i in range(TPB):
                 acc += sA[ty, i] * sB[i, tx]
@@ -62,7 +71,8 @@ def build(config: dict, dtype: str) -> Kernel:
         if row < M and col < N:
             C[row, col] = acc
 
-    return Kernel("shared", dict(config), dtype, shared_matmul, block=(TPB, TPB), tile=(TPB, TPB))
+    return Kernel("shared", dict(config), dtype, shared_matmul, block=(TPB, TPB), tile=(TPB, TPB), layout=layout,
+                  offset_bits=offset_bits)
 
 
 FAMILY = Family("shared", SPACE, DEFAULT, restrict, build, first_guess=3, shared_bytes=shared_bytes)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from . import vector
 from .base import DeviceLimits, Family, Kernel
 
-SPACE = {**vector.SPACE, "splits": [2, 4, 8, 16]}
+SPACE = {**vector.SPACE, "splits": [2, 4, 8, 16, 32]}
 DEFAULT = {**vector.DEFAULT, "splits": 4}
 shared_bytes = vector.shared_bytes
 
@@ -22,8 +22,8 @@ def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
     return vector.restrict(config, dtype, limits)
 
 
-def build(config: dict, dtype: str) -> Kernel:
-    return vector.make(config, dtype, family="splitk", splits=config["splits"])
+def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32) -> Kernel:
+    return vector.make(config, dtype, family="splitk", splits=config["splits"], layout=layout, offset_bits=offset_bits)
 
 
 FAMILY = Family("splitk", SPACE, DEFAULT, restrict, build, first_guess=1, shared_bytes=shared_bytes)

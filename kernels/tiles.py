@@ -5,14 +5,23 @@ registers (zeros off the matrix edges), then stashes them in shared memory, A tr
 a thread's values of one k are adjacent. Splitting the two steps lets a kernel fetch the next
 tile while it computes on the current one. `tile_copier` moves the same shares with asynchronous
 copies instead, which need no registers and may run several tiles ahead.
+
+Shared memory always holds sA[k, m] and sB[k, n]; what differs by layout (kernels.base.LAYOUTS) is
+the tile as it lies in memory. A is read as a BM x BK tile of the M x K array and stored
+transposed, or, passed transposed, as a BK x BM tile of its K x M transpose stored as it is; B as
+a BK x BN tile stored as it is, or as a BN x BK tile of its N x K transpose stored transposed. A
+tile stored as it is may be copied 16 bytes at a time; one stored transposed is scattered one
+element at a time.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from numba import cuda
 
 from .base import DeviceLimits, itemsize, registers_per_value
-from .intrinsics import async_copy, load, rows_aligned, store, vector_load, vector_store, vector_width
+from .intrinsics import async_copy, rows_aligned, scalar_access, store, vector_load, vector_store, vector_width
 
 MAX_ELEMENTS_PER_THREAD = 128
 #: registers a thread needs besides its tiles (indices, pointers, loop counters), from ptxas reports
@@ -35,8 +44,10 @@ def estimated_registers(config: dict, dtype: str) -> int:
     return values * registers_per_value(dtype) + OVERHEAD_REGISTERS
 
 
-def restrict_tiling(config: dict, dtype: str, limits: DeviceLimits, shared_bytes: int) -> str | None:
-    """Why a BM x BN block of TM x TN register tiles cannot run (well), or None."""
+def restrict_tiling(config: dict, dtype: str, limits: DeviceLimits, shared_bytes: int,
+                    dynamic_shared: bool = False) -> str | None:
+    """Why a BM x BN block of TM x TN register tiles cannot run (well), or None. With
+    `dynamic_shared`, the kernel takes shared memory past the static limit as dynamic memory."""
     bm, bn, tm, tn = config["bm"], config["bn"], config["tm"], config["tn"]
     if bm % tm or bn % tn:
         return f"register tile {tm}x{tn} does not divide block tile {bm}x{bn}"
@@ -47,8 +58,9 @@ def restrict_tiling(config: dict, dtype: str, limits: DeviceLimits, shared_bytes
         return f"{threads} threads per block is less than one warp"
     if threads > limits.max_threads_per_block:
         return f"{threads} threads per block > {limits.max_threads_per_block}"
-    if shared_bytes > limits.max_shared_per_block:
-        return f"{shared_bytes} bytes of shared memory > {limits.max_shared_per_block}"
+    shared_limit = max(limits.max_shared_per_block, limits.max_dynamic_shared_per_block if dynamic_shared else 0)
+    if shared_bytes > shared_limit:
+        return f"{shared_bytes} bytes of shared memory > {shared_limit}"
     blocks = config.get("min_blocks", 1)
     if threads * blocks > limits.max_threads_per_sm:
         return f"{blocks} blocks of {threads} threads > {limits.max_threads_per_sm} threads per SM"
@@ -73,73 +85,126 @@ def _share(rows: int, cols: int, threads: int, width: int) -> tuple[int, int, in
     return groups, cols // width, -(-groups // threads), groups % threads == 0
 
 
-def tile_movers(bm: int, bn: int, bk: int, threads: int, elem_t, width: int = 1, checked: bool = True):
+@dataclass(frozen=True)
+class Part:
+    """How one operand's tile lies in memory: rows x cols at (origin row, origin col), where the
+    origins are among the block's (row0, col0) and the tile's k0; `transposed`: stored in shared
+    memory transposed."""
+
+    rows: int
+    cols: int
+    transposed: bool
+    k_first: bool  # the memory tile starts at (k0, ...) rather than at (..., k0)
+
+
+def parts(bm: int, bn: int, bk: int, layout: str) -> tuple[Part, Part]:
+    """The A and B parts of a block's tiles for `layout`."""
+    a = Part(bk, bm, False, True) if layout[0] == "T" else Part(bm, bk, True, False)
+    b = Part(bn, bk, True, False) if layout[1] == "T" else Part(bk, bn, False, True)
+    return a, b
+
+
+def tile_movers(bm: int, bn: int, bk: int, threads: int, elem_t, width: int = 1, checked: bool = True,
+                layout: str = "NN", offset_bits: int = 32):
     """Device functions fetch(A, B, k0, row0, col0, tid, a_next, b_next) and
-    stash(sA, sB, tid, a_next, b_next) for one tile geometry. With `width` > 1 a thread moves
-    `width` adjacent elements of a row at a time, one 16-byte global load each where the whole
-    tile lies inside a matrix whose rows are 16-byte aligned (scalar loads elsewhere), and one
-    16-byte shared store for B. With checked=False the caller guarantees that both tiles lie
-    inside their matrices and, for width > 1, that both matrices' rows are aligned: the fetch
-    tests nothing (its tests and both paths cost ~10% of a k-loop's instructions)."""
-    A_GROUPS, A_ROW_GROUPS, A_SHARE, A_EVEN = _share(bm, bk, threads, width)
-    B_GROUPS, B_ROW_GROUPS, B_SHARE, B_EVEN = _share(bk, bn, threads, width)
-    THREADS, WIDTH = threads, width
-    fetch_a = _part_fetcher(bm, bk, threads, elem_t, width, checked)
-    fetch_b = _part_fetcher(bk, bn, threads, elem_t, width, checked)
-    store_b = _group_storer(width)
+    stash(sA, sB, tid, a_next, b_next) for one tile geometry and layout. With `width` > 1 a thread
+    moves `width` adjacent elements of a memory row at a time, one 16-byte global load each where
+    the whole tile lies inside a matrix whose rows are 16-byte aligned (scalar loads elsewhere),
+    and one 16-byte shared store where the part is stored as it is. With checked=False the caller
+    guarantees that both tiles lie inside their matrices and, for width > 1, that both matrices'
+    rows are aligned: the fetch tests nothing (its tests and both paths cost ~10% of a k-loop's
+    instructions)."""
+    part_a, part_b = parts(bm, bn, bk, layout)
+    fetch_a = _part_fetcher(part_a.rows, part_a.cols, threads, elem_t, width, checked, offset_bits)
+    fetch_b = _part_fetcher(part_b.rows, part_b.cols, threads, elem_t, width, checked, offset_bits)
+    stash_a = _part_stasher(part_a.rows, part_a.cols, threads, width, part_a.transposed)
+    stash_b = _part_stasher(part_b.rows, part_b.cols, threads, width, part_b.transposed)
+    A_K_FIRST, B_K_FIRST = part_a.k_first, part_b.k_first
 
     @cuda.jit(device=True)
     def fetch(A, B, k0, row0, col0, tid, a_next, b_next):
         """Read this thread's share of the A and B tiles at k0 from global memory (0 off the edge)."""
-        fetch_a(A, row0, k0, tid, a_next)
-        fetch_b(B, k0, col0, tid, b_next)
+        if A_K_FIRST:
+            fetch_a(A, k0, row0, tid, a_next)
+        else:
+            fetch_a(A, row0, k0, tid, a_next)
+        if B_K_FIRST:
+            fetch_b(B, k0, col0, tid, b_next)
+        else:
+            fetch_b(B, col0, k0, tid, b_next)
 
     @cuda.jit(device=True)
     def stash(sA, sB, tid, a_next, b_next):
-        """Write the fetched values to shared memory, A transposed."""
-        for i in range(A_SHARE):
-            group = tid + i * THREADS
-            if A_EVEN or group < A_GROUPS:
-                row, col = group // A_ROW_GROUPS, group % A_ROW_GROUPS * WIDTH
-                for j in range(WIDTH):
-                    store(sA, (col + j, row), a_next[i * WIDTH + j])
-        for i in range(B_SHARE):
-            group = tid + i * THREADS
-            if B_EVEN or group < B_GROUPS:
-                row, col = group // B_ROW_GROUPS, group % B_ROW_GROUPS * WIDTH
-                store_b(sB, (row, col), b_next, i * WIDTH)
+        """Write the fetched values to shared memory as sA[k, m] and sB[k, n]."""
+        stash_a(sA, tid, a_next)
+        stash_b(sB, tid, b_next)
 
     return fetch, stash
 
 
-def tile_copier(bm: int, bn: int, bk: int, threads: int, width: int = 1, checked: bool = True):
+def _part_stasher(rows: int, cols: int, threads: int, width: int, transposed: bool):
+    """A device function writing the values `_part_fetcher` read for this thread into a shared
+    tile, element (r, c) of the memory tile to (c, r) when `transposed`, else to (r, c) in
+    `width`-element stores."""
+    GROUPS, ROW_GROUPS, SHARE, EVEN = _share(rows, cols, threads, width)
+    THREADS, WIDTH, TRANSPOSED = threads, width, transposed
+    store_group = _group_storer(width)
+
+    @cuda.jit(device=True)
+    def stash_part(tile, tid, values):
+        for i in range(SHARE):
+            group = tid + i * THREADS
+            if EVEN or group < GROUPS:
+                row, col = group // ROW_GROUPS, group % ROW_GROUPS * WIDTH
+                if TRANSPOSED:
+                    for j in range(WIDTH):
+                        store(tile, (col + j, row), values[i * WIDTH + j])
+                else:
+                    store_group(tile, (row, col), values, i * WIDTH)
+
+    return stash_part
+
+
+def tile_copier(bm: int, bn: int, bk: int, threads: int, width: int = 1, checked: bool = True, layout: str = "NN",
+                offset_bits: int = 32):
     """A device function copy(A, B, k0, row0, col0, tid, sA, sB) starting asynchronous copies
-    (kernels.intrinsics.async_copy) of this thread's share of the A and B tiles at k0 into sA
-    (transposed, so one element at a time) and sB (`width` elements at a time where the tile lies
-    inside 16-byte-aligned rows); zeros off the matrix edges. With checked=False the caller
-    guarantees that both tiles lie inside their matrices and, for width > 1, that B's rows are
-    aligned: no tests at all, which matters because ptxas predicates rather than branches around
-    the few instructions of a copy, so the edge path would cost its instructions on every tile.
-    The caller commits and waits."""
-    copy_a = _part_copier(bm, bk, threads, 1, transposed=True, checked=checked)
-    copy_b = _part_copier(bk, bn, threads, width, transposed=False, checked=checked)
+    (kernels.intrinsics.async_copy) of this thread's share of the A and B tiles at k0 into sA and
+    sB: a part stored transposed one element at a time, a part stored as it is `width` elements at
+    a time where the tile lies inside 16-byte-aligned rows; zeros off the matrix edges. With
+    checked=False the caller guarantees that both tiles lie inside their matrices and, for width >
+    1, that the rows of the parts copied wide are aligned: no tests at all, which matters because
+    ptxas predicates rather than branches around the few instructions of a copy, so the edge path
+    would cost its instructions on every tile. The caller commits and waits."""
+    part_a, part_b = parts(bm, bn, bk, layout)
+    copy_a = _part_copier(part_a.rows, part_a.cols, threads, 1 if part_a.transposed else width, part_a.transposed,
+                          checked, offset_bits)
+    copy_b = _part_copier(part_b.rows, part_b.cols, threads, 1 if part_b.transposed else width, part_b.transposed,
+                          checked, offset_bits)
+    A_K_FIRST, B_K_FIRST = part_a.k_first, part_b.k_first
 
     @cuda.jit(device=True)
     def copy(A, B, k0, row0, col0, tid, sA, sB):
-        copy_a(A, row0, k0, tid, sA)
-        copy_b(B, k0, col0, tid, sB)
+        if A_K_FIRST:
+            copy_a(A, k0, row0, tid, sA)
+        else:
+            copy_a(A, row0, k0, tid, sA)
+        if B_K_FIRST:
+            copy_b(B, k0, col0, tid, sB)
+        else:
+            copy_b(B, col0, k0, tid, sB)
 
     return copy
 
 
-def _part_copier(rows: int, cols: int, threads: int, width: int, transposed: bool, checked: bool):
+def _part_copier(rows: int, cols: int, threads: int, width: int, transposed: bool, checked: bool,
+                 offset_bits: int = 32):
     """A device function copying this thread's share of the rows x cols tile of a matrix at
     (row0, col0) into a shared tile, grouped as in `_part_fetcher`; with `transposed`, element
     (r, c) of the tile goes to (c, r)."""
     GROUPS, ROW_GROUPS, LOADS, EVEN = _share(rows, cols, threads, width)
     COLS, ROWS, THREADS, WIDTH = cols, rows, threads, width
     TRANSPOSED, CHECKED = transposed, checked
-    wide_copy, element_copy = async_copy(width), async_copy(1)
+    wide_copy, element_copy = async_copy(width, offset_bits), async_copy(1, offset_bits)
     aligned = rows_aligned(width)
 
     @cuda.jit(device=True)
@@ -173,16 +238,18 @@ def _part_copier(rows: int, cols: int, threads: int, width: int, transposed: boo
     return copy_part
 
 
-def _part_fetcher(rows: int, cols: int, threads: int, elem_t, width: int, checked: bool = True):
+def _part_fetcher(rows: int, cols: int, threads: int, elem_t, width: int, checked: bool = True, offset_bits: int = 32):
     """A device function reading this thread's share of the rows x cols tile of a matrix at
     (row0, col0) into `out`: group tid + i * threads of the tile (row-major, `width` adjacent
     elements a group) into out[i * width:(i + 1) * width]. A tile wholly inside the matrix (every
     tile but the last row, column or k-step of the grid) is read without bounds checks, with
-    16-byte loads when `width` > 1 and the matrix's rows are aligned; all addressing is 32-bit
-    (kernels.intrinsics). With checked=False the caller guarantees both, as in `tile_copier`."""
+    16-byte loads when `width` > 1 and the matrix's rows are aligned; offsets are computed in
+    `offset_bits` bits (kernels.intrinsics). With checked=False the caller guarantees both, as in
+    `tile_copier`."""
     GROUPS, ROW_GROUPS, LOADS, EVEN = _share(rows, cols, threads, width)
     COLS, ROWS, THREADS, WIDTH, CHECKED = cols, rows, threads, width, checked
-    wide_load = vector_load(width, bits=32)
+    wide_load = vector_load(width, bits=offset_bits)
+    load = scalar_access(offset_bits)[0]
     aligned = rows_aligned(width)
 
     @cuda.jit(device=True)

@@ -22,24 +22,30 @@ k instead of TM + TN. Groups are TY*VEC rows apart, so a warp's loads are adjace
                loads in flight
   min_blocks   blocks per SM ptxas must leave room for (launch_bounds): 2 caps a 256-thread block
                at 128 registers, spilling if it must, for twice the resident warps
+Shared tiles past the 48 KB of static shared memory (small tiles with deep pipelines, big tiles
+with several stages) live in dynamic shared memory, which the launch sizes and opts in to.
 """
 
 from __future__ import annotations
 
 from numba import cuda
 
-from .base import DeviceLimits, Family, Kernel, itemsize, numba_type, unrolled
-from .intrinsics import SHARED_ALIGNMENT, async_commit, async_wait, rows_aligned, vector_load, vector_width
+from .base import (
+    DEFAULT_DYNAMIC_SHARED, DeviceLimits, Family, Kernel, itemsize, numba_type, product_shape, tile_origin, unrolled,
+)
+from .intrinsics import (
+    SHARED_ALIGNMENT, async_commit, async_wait, dynamic_shared_array, rows_aligned, vector_load, vector_width,
+)
 from .tiles import loads_per_thread, restrict_tiling, tile_copier, tile_movers
 
 SPACE = {
-    "bm": [32, 64, 128, 256],
-    "bn": [32, 64, 128, 256],
+    "bm": [16, 32, 64, 128, 256],
+    "bn": [16, 32, 64, 128, 256],
     "bk": [8, 16, 32],
     "tm": [4, 8, 16],
     "tn": [4, 8, 16],
     "pad": [0, 4],
-    "stages": [1, 2, 3, 4],
+    "stages": [1, 2, 3, 4, 5, 6],
     "unroll": [False, True],
     "fragments": [1, 2],
     "wide_fetch": [False, True],
@@ -62,15 +68,16 @@ def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
         return "asynchronous copies need a second shared tile to copy into"
     if config["stages"] > 2 and not config["async_copy"]:
         return "copies through registers run one tile ahead, so more than 2 shared tiles would sit idle"
-    return restrict_tiling(config, dtype, limits, shared_bytes(config, dtype))
+    return restrict_tiling(config, dtype, limits, shared_bytes(config, dtype), dynamic_shared=True)
 
 
-def build(config: dict, dtype: str) -> Kernel:
-    return make(config, dtype)
+def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32) -> Kernel:
+    return make(config, dtype, layout=layout, offset_bits=offset_bits)
 
 
-def make(config: dict, dtype: str, family: str = "vector", splits: int = 1) -> Kernel:
-    """The kernel for `config`; with `splits` > 1, block z of a tile of C multiplies the z-th
+def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layout: str = "NN",
+         offset_bits: int = 32) -> Kernel:
+    """The kernel for `config`; with `splits` > 1, block y of a tile of C multiplies the y-th
     of `splits` ranges of K (whole BK-steps) and adds its product into C atomically."""
     BM, BN, BK = config["bm"], config["bn"], config["bk"]
     SPLITS = splits
@@ -89,9 +96,20 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1) -> K
     ALIGN = SHARED_ALIGNMENT
     elem_t = numba_type(dtype)
     load = vector_load(VEC)
-    fetch, stash = tile_movers(BM, BN, BK, THREADS, elem_t, FETCH_WIDTH)
-    tile_copier_checked = tile_copier(BM, BN, BK, THREADS, FETCH_WIDTH)
+    movers = dict(layout=layout, offset_bits=offset_bits)
+    fetch, stash = tile_movers(BM, BN, BK, THREADS, elem_t, FETCH_WIDTH, **movers)
+    tile_copier_checked = tile_copier(BM, BN, BK, THREADS, FETCH_WIDTH, **movers)
     commit, wait_for_oldest = async_commit(), async_wait(STAGES - 2)
+    origin, dims = tile_origin(BM, BN), product_shape(layout)
+    # A part read wide must have aligned rows: every part through registers, only the parts
+    # stored as they are (A passed transposed, B not) through asynchronous copies
+    A_WIDE = FETCH_WIDTH > 1 and (not ASYNC or layout[0] == "T")
+    B_WIDE = FETCH_WIDTH > 1 and (not ASYNC or layout[1] == "N")
+    SHARED_BYTES = shared_bytes(config, dtype)
+    DYNAMIC = SHARED_BYTES > DEFAULT_DYNAMIC_SHARED
+    if DYNAMIC:
+        shared_a = dynamic_shared_array(SA_SHAPE, elem_t, 0)
+        shared_b = dynamic_shared_array(SB_SHAPE, elem_t, STAGES * BK * (BM + config["pad"]))
 
     FRAGMENTS = config["fragments"]
 
@@ -151,16 +169,17 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1) -> K
         return steps
 
     checked_fetches = fetched_steps(fetch, True)
-    unchecked_fetches = fetched_steps(tile_movers(BM, BN, BK, THREADS, elem_t, FETCH_WIDTH, checked=False)[0], False)
+    unchecked_fetches = fetched_steps(
+        tile_movers(BM, BN, BK, THREADS, elem_t, FETCH_WIDTH, checked=False, **movers)[0], False
+    )
     aligned = rows_aligned(VEC)
 
     @cuda.jit(device=True)
     def unchecked_tiles(A, B, k_begin, k_end, row0, col0, ahead):
         """How many tiles from k_begin on may move the tile `ahead` tiles further without bounds
-        tests: none unless the block lies inside C and wide moves have aligned rows to read (A is
-        copied an element at a time, but fetched as wide as B)."""
-        M, N = A.shape[0], B.shape[1]
-        if row0 + BM <= M and col0 + BN <= N and (FETCH_WIDTH == 1 or ((ASYNC or aligned(A)) and aligned(B))):
+        tests: none unless the block lies inside C and the parts moved wide have aligned rows."""
+        M, N, _ = dims(A, B)
+        if row0 + BM <= M and col0 + BN <= N and (not A_WIDE or aligned(A)) and (not B_WIDE or aligned(B)):
             return max(0, (k_end - k_begin) // BK - ahead)
         return 0
 
@@ -201,7 +220,7 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1) -> K
         return steps
 
     checked_steps = copied_steps(tile_copier_checked)
-    unchecked_steps = copied_steps(tile_copier(BM, BN, BK, THREADS, FETCH_WIDTH, checked=False))
+    unchecked_steps = copied_steps(tile_copier(BM, BN, BK, THREADS, FETCH_WIDTH, checked=False, **movers))
 
     @cuda.jit(device=True)
     def through_copies(A, B, sA, sB, k_begin, k_end, row0, col0, tid, row_base, col_base, a_frag, b_frag, acc):
@@ -220,22 +239,24 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1) -> K
     multiply_all = through_copies if ASYNC else through_registers
 
     def vector_matmul(A, B, C):
-        sA = cuda.shared.array(SA_SHAPE, elem_t, alignment=ALIGN)
-        sB = cuda.shared.array(SB_SHAPE, elem_t, alignment=ALIGN)
+        if DYNAMIC:
+            sA = shared_a()
+            sB = shared_b()
+        else:
+            sA = cuda.shared.array(SA_SHAPE, elem_t, alignment=ALIGN)
+            sB = cuda.shared.array(SB_SHAPE, elem_t, alignment=ALIGN)
         acc = cuda.local.array((TM, TN), elem_t)
         a_frag = cuda.local.array((FRAGMENTS, TM), elem_t)
         b_frag = cuda.local.array((FRAGMENTS, TN), elem_t)
         tid = cuda.threadIdx.x
         row_base = (tid // TX) * VEC
         col_base = (tid % TX) * VEC
-        row0 = cuda.blockIdx.y * BM
-        col0 = cuda.blockIdx.x * BN
-        M, K = A.shape
-        N = B.shape[1]
+        M, N, K = dims(A, B)
+        row0, col0 = origin(M, N)
         k_begin, k_end = 0, K
         if SPLITS > 1:
             k_span = -(-K // (SPLITS * BK)) * BK
-            k_begin = cuda.blockIdx.z * k_span
+            k_begin = cuda.blockIdx.y * k_span
             k_end = min(K, k_begin + k_span)
         for i in range(TM):
             for j in range(TN):
@@ -256,7 +277,8 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1) -> K
                                     cuda.atomic.add(C, (r, c), acc[g * VEC + i, h * VEC + j])
 
     return Kernel(family, dict(config), dtype, vector_matmul, block=(THREADS,), tile=(BM, BN), splits=SPLITS,
-                  min_blocks=config["min_blocks"])
+                  min_blocks=config["min_blocks"], layout=layout, offset_bits=offset_bits,
+                  dynamic_shared=SHARED_BYTES if DYNAMIC else 0)
 
 
 FAMILY = Family("vector", SPACE, DEFAULT, restrict, build, first_guess=0, shared_bytes=shared_bytes)

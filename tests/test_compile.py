@@ -113,3 +113,37 @@ def test_pipeline_parameters_reach_the_compiled_code():
     assert copies["vector_loads"] == 2 * 16 * per_step
     checked = 2 * 8 + 2 * 8  # A inside and at the edges; B's fallback inside and at the edges
     assert (copies["wide_copies"], copies["element_copies"]) == (3 * 2, 2 * checked + 8)
+
+
+OFFSETS_CHILD = """
+import json
+import kernels
+from kernels.resources import compile_report, ptx
+config = dict(kernels.family("vector").default, async_copy=True, stages=3)
+out = {}
+for bits in (32, 64):
+    kernel = kernels.build("vector", config, "float32", "TN", bits)
+    text = ptx(kernel)
+    out[bits] = dict(opaque_offsets=text.count("mov.u32"), wide_multiplies=text.count("mul.lo.s64") + text.count("mad.lo.s64"),
+                     spills=compile_report(kernel).spill_stores)
+deep = kernels.build("vector", dict(config, bm=64, bn=64, bk=32, tm=4, tn=4, stages=4), "float32")
+text = ptx(deep)
+out["dynamic"] = dict(bytes=deep.dynamic_shared, extern=".extern .shared" in text,
+                      shared_vector_loads=text.count("ld.shared.v4"), generic_vector_loads=text.count("ld.v4"))
+print(json.dumps(out))
+"""
+
+
+def test_offset_width_and_dynamic_shared_memory_reach_the_compiled_code():
+    """64-bit offsets: no 32-bit offset copies, 64-bit index arithmetic instead, and no spills;
+    tiles in dynamic shared memory are still read with shared-memory vector loads."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    done = subprocess.run([sys.executable, "-c", OFFSETS_CHILD], env=env, capture_output=True, text=True, check=True)
+    found = json.loads(done.stdout.splitlines()[-1])
+    narrow, wide = found["32"], found["64"]
+    assert narrow["opaque_offsets"] > 0 and wide["opaque_offsets"] < narrow["opaque_offsets"]
+    assert wide["wide_multiplies"] > narrow["wide_multiplies"]
+    assert narrow["spills"] == wide["spills"] == 0
+    dynamic = found["dynamic"]
+    assert dynamic["bytes"] > 48 * 1024 and dynamic["extern"]
+    assert dynamic["shared_vector_loads"] > 0 and dynamic["generic_vector_loads"] == 0

@@ -90,6 +90,63 @@ def test_family_matches_reference_on_odd_shapes(family, config, dtype, rng):
         assert_matches_reference(kernel, A, B)
 
 
+def run_layout(kernel, A, B):
+    """Launch with A and B passed as the kernel's layout says: a "T" operand as its C-contiguous
+    transpose."""
+    a = np.ascontiguousarray(A.T) if kernel.layout[0] == "T" else A
+    b = np.ascontiguousarray(B.T) if kernel.layout[1] == "T" else B
+    C = cuda.to_device(np.full((A.shape[0], B.shape[1]), poison_value(kernel.dtype), dtype=A.dtype))
+    kernel(cuda.to_device(a), cuda.to_device(b), C)
+    return C.copy_to_host()
+
+
+@pytest.mark.parametrize("layout", ["NT", "TN", "TT"])
+@pytest.mark.parametrize("family,config", CASES)
+def test_transposed_layouts_match_reference(family, config, layout, rng):
+    """Every family reads transposed operands in place; the last shape has aligned rows in every
+    layout (M, N, K multiples of 4), so wide moves of the parts stored as they are run too."""
+    kernel = kernels.build(family, config, "float32", layout)
+    for m, n, k in [(17, 23, 19), (36, 68, 44)]:
+        A, B = random_inputs(m, n, k, "float32", rng)
+        out = run_layout(kernel, A, B)
+        assert np.all(np.isfinite(out)), "unwritten (poisoned) elements remain"
+        assert relative_error(out, reference(A, B)) <= error_bound("float32", k)
+
+
+DEEP = {"bm": 64, "bn": 64, "bk": 32, "tm": 4, "tn": 4, "pad": 4, "stages": 4, "min_blocks": 1, **ASYNC}
+
+
+@pytest.mark.parametrize("layout", kernels.LAYOUTS)
+def test_tiles_past_48_kb_live_in_dynamic_shared_memory(layout, rng):
+    kernel = kernels.build("vector", DEEP, "float32", layout)
+    assert kernel.dynamic_shared == 4 * 32 * (64 + 64 + 8) * 4 > 48 * 1024
+    m, n, k = 72, 68, 100
+    A, B = random_inputs(m, n, k, "float32", rng)
+    assert relative_error(run_layout(kernel, A, B), reference(A, B)) <= error_bound("float32", k)
+
+
+def test_wide_offsets_are_chosen_by_operand_size():
+    assert kernels.offset_bits_for(65535, 65536, 1) == 32
+    assert kernels.offset_bits_for(65536, 16, 65537) == 64  # A: 2**32 + 65536 elements
+    assert kernels.offset_bits_for(16, 65537, 65536) == 64  # B
+    assert kernels.offset_bits_for(65536, 65536, 1) == 64  # C
+
+
+def test_grid_puts_every_tile_on_x():
+    assert kernels.grid_of(5_000_000, 16, (64, 16)) == (78125, 1, 1)
+    assert kernels.grid_of(100, 300, (32, 64), 4) == (4 * 5, 4, 1)
+    assert kernels.build("vector", CONFIGS["vector"][0], "float32").grid(5_000_000, 16) == (156250, 1, 1)
+    with pytest.raises(kernels.GridTooLarge):
+        kernels.grid_of(2**40, 2**40, (256, 256))
+
+
+def test_limits_allow_dynamic_shared_memory_by_architecture():
+    deep = {**DEEP, "bm": 128, "bn": 128, "tm": 8, "tn": 8}  # 4 x 32 x 264 x 4 bytes = 135 KB
+    assert kernels.family("vector").restrict(deep, "float32", DeviceLimits()) is not None
+    assert kernels.family("vector").restrict(deep, "float32", DeviceLimits.for_cc("9.0")) is None
+    assert kernels.family("vector").restrict(deep, "float32", DeviceLimits.for_cc("8.6")) is not None
+
+
 def _off_16_byte_boundary(X):
     """X on the device, its data 4 bytes past a 16-byte boundary."""
     flat = cuda.to_device(np.concatenate([X[:1, :1].ravel(), X.ravel()]))

@@ -42,6 +42,7 @@ class NumbaCuda:
             max_shared_per_block=min(attrs.MAX_SHARED_MEMORY_PER_BLOCK, 48 * 1024),
             max_registers_per_block=attrs.MAX_REGISTERS_PER_BLOCK,
             max_threads_per_sm=attrs.MAX_THREADS_PER_MULTIPROCESSOR,
+            max_dynamic_shared_per_block=attrs.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
         )
 
     def to_device(self, array):
