@@ -55,6 +55,46 @@ def sample_configs(
     return [default_config(family), *drawn][:count]
 
 
+#: a product is skinny when its C is at most this many rows (or columns) wide
+SKINNY = 64
+
+
+def shape_guesses(m: int, n: int, k: int, dtype: str, limits: DeviceLimits, sm_count: int) -> list[Config]:
+    """Configs a rule picks for a shape that big square tiles would leave the GPU idle on:
+    - skinny (M or N <= SKINNY): the short side in one tile of the next power of 2 (at least 16),
+      so the long operand streams through once, 16-byte moves, and K split for two waves;
+    - few tiles (fewer 128x128 tiles than SMs): 64x64 tiles in a 4-stage pipeline, and the same
+      with K split for two waves.
+    Each is a split-K config only where K leaves every split at least 4 steps of BK."""
+    pipeline = {"pad": 4, "stages": 4, "unroll": True, "fragments": 1, "wide_fetch": True, "async_copy": True,
+                "min_blocks": 1}
+    tiles = []
+    if min(m, n) <= SKINNY:
+        short = max(16, 1 << (min(m, n) - 1).bit_length())
+        tall = {"bm": 128, "bn": short, "tm": 8, "tn": 4} if n < m else {"bm": short, "bn": 128, "tm": 4, "tn": 8}
+        tiles.append({**tall, "bk": 32})
+    elif -(-m // 128) * -(-n // 128) < sm_count:
+        tiles.append({"bm": 64, "bn": 64, "bk": 32, "tm": 8, "tn": 4})
+    guesses = []
+    for tile in tiles:
+        blocks = -(-m // tile["bm"]) * -(-n // tile["bn"])
+        splits = 1
+        while blocks * splits < 2 * sm_count and k >= 2 * splits * 4 * tile["bk"] and splits < 32:
+            splits *= 2
+        family, params = ("splitk", {**tile, "splits": splits}) if splits > 1 else ("vector", tile)
+        guesses += [_deepest(family, {**pipeline, **params}, dtype, limits), _deepest("vector", {**pipeline, **tile}, dtype, limits)]
+    return list(dict.fromkeys(c for c in guesses if c is not None))
+
+
+def _deepest(family: str, params: dict, dtype: str, limits: DeviceLimits) -> Config | None:
+    """The config with the most pipeline stages (4 at most) that `limits` allow."""
+    for stages in (4, 3, 2):
+        config = Config.of(family, {**params, "stages": stages})
+        if infeasibility(family, config.params, dtype, limits) is None:
+            return config
+    return None
+
+
 def ordinal(values: list) -> bool:
     """Numbers with more than two choices are searched as an ordered scale (an index into the
     sorted values), so the sampler can learn that 128 lies between 64 and 256."""

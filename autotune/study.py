@@ -16,7 +16,7 @@ import kernels
 from autotune.cache import Cache, nearest_rows
 from autotune.records import shipped_rows
 from autotune.storage import masked, reap_dead_trials, setup_lock
-from autotune.space import default_config, distributions, infeasibility, trial_params
+from autotune.space import default_config, distributions, infeasibility, shape_guesses, trial_params
 from kernels.base import Config
 
 WARM_START_SHAPES = 3
@@ -33,7 +33,7 @@ def study_name(device: str, dtype: str, m: int, n: int, k: int) -> str:
 
 
 def open_study(storage, spec: str, name: str, sampler, cache: Cache, device: str, dtype: str, shape, families,
-               limits) -> optuna.Study:
+               limits, sm_count: int = 0) -> optuna.Study:
     """Create or resume the study; a new one is warm-started. Tuners started together on one
     shape take turns here (a file lock beside the cache; on PostgreSQL an advisory lock, which
     holds across hosts): Optuna's enqueue_trial may queue a config twice when processes call it
@@ -47,7 +47,7 @@ def open_study(storage, spec: str, name: str, sampler, cache: Cache, device: str
         if not study.trials:
             study.set_user_attr("shape", list(shape))
             study.set_user_attr("dtype", dtype)
-            for config in warm_start(cache, device, dtype, shape, families, limits):
+            for config in warm_start(cache, device, dtype, shape, families, limits, sm_count):
                 study.enqueue_trial(trial_params(config), skip_if_exists=True)
     return study
 
@@ -105,13 +105,16 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def warm_start(cache: Cache, device: str, dtype: str, shape, families: list[str], limits) -> list[Config]:
-    """The bests of the nearest tuned shapes (cached, then shipped), then the default config of
-    each family searched, best guess first (kernels.FAMILIES order). Workers starting together
-    climb from the first queued config (autotune.samplers), so it should be the best guess."""
+def warm_start(cache: Cache, device: str, dtype: str, shape, families: list[str], limits,
+               sm_count: int = 0) -> list[Config]:
+    """The configs the shape rule picks for skinny and few-tile shapes (space.shape_guesses), the
+    bests of the nearest tuned shapes (cached, then shipped), then the default config of each
+    family searched, best guess first (kernels.FAMILIES order). Workers starting together climb
+    from the first queued config (autotune.samplers), so it should be the best guess."""
     tuned = cache.nearest(device, dtype, *shape, WARM_START_SHAPES)
     tuned += nearest_rows(shipped_rows(device, dtype), shape, WARM_START_SHAPES)
-    candidates = [Config.of(row["family"], row["params"]) for _, row in tuned]
+    candidates = shape_guesses(*shape, dtype, limits, sm_count) if sm_count else []
+    candidates += [Config.of(row["family"], row["params"]) for _, row in tuned]
     candidates += [Config.of(f, default_config(f)) for f in kernels.FAMILIES if f in families]
     chosen = []
     for config in candidates:

@@ -8,6 +8,7 @@ from autotune.space import (
     feasible_configs,
     infeasibility,
     sample_configs,
+    shape_guesses,
     suggest,
     trial_params,
 )
@@ -112,3 +113,20 @@ def test_parse_report_reads_the_assembler_lines():
 def test_parse_report_refuses_a_log_without_the_numbers():
     with pytest.raises(ValueError, match="in the assembler's report"):
         parse_report("ptxas fatal: something else")
+
+
+def test_shape_guesses_fit_skinny_and_few_tile_shapes():
+    """Skinny: the short side in one tile of the next power of 2 and K split for two waves of
+    blocks; few tiles: 64x64 tiles; big squares: nothing (the tuned records serve them)."""
+    hopper = DeviceLimits.for_cc("9.0")
+    split, plain = shape_guesses(16, 8192, 8192, "float32", hopper, 132)
+    assert (split.family, plain.family) == ("splitk", "vector")
+    assert (split.params["bm"], split.params["bn"]) == (16, 128)
+    assert 8192 // 128 * split.params["splits"] >= 2 * 132 > 8192 // 128 * split.params["splits"] // 2
+    tall = shape_guesses(8192, 48, 8192, "float32", hopper, 132)[0]
+    assert (tall.params["bm"], tall.params["bn"]) == (128, 64)
+    few = shape_guesses(1000, 1000, 100, "float32", hopper, 132)
+    assert [c.family for c in few] == ["vector"] and few[0].params["bm"] == 64  # K too short to split
+    assert shape_guesses(4096, 4096, 4096, "float32", hopper, 132) == []
+    for config in shape_guesses(20, 30, 5000, "float32", hopper, 132):
+        assert infeasibility(config.family, config.params, "float32", hopper) is None

@@ -7,7 +7,7 @@ import pytest
 import kernels
 from autotune.cache import Cache
 from autotune.replay import Replay, config_key
-from autotune.space import FAMILY_NAMES
+from autotune.space import FAMILY_NAMES, DeviceLimits, shape_guesses
 from autotune.finalists import FINAL_LAUNCHES, FINALISTS
 from autotune.study import study_name
 from autotune.tuner import TuneError, TuneRequest, tune
@@ -312,3 +312,13 @@ def test_finalists_are_retimed_at_once_by_forked_measurers_taking_turns_on_a_loc
     assert len(measurer.forks) == FINALISTS - 1 and all(len(f.calls) == 1 for f in measurer.forks)
     assert len(measurer.locks) == FINALISTS and len(set(measurer.locks)) == 1 and measurer.locks[0].endswith("measure.lock")
     assert measurer.closed >= FINALISTS - 1 and result.written
+
+
+def test_a_skinny_shape_starts_from_the_shape_rule(monkeypatch):
+    """On a GPU with SMs to fill, a cold study of a skinny shape tries the rule's split-K config
+    first (autotune.space.shape_guesses), ahead of the families' defaults."""
+    monkeypatch.setenv("MMTUNE_PRETEND_GPU", "NVIDIA H200;9.0;132")
+    replay = Replay()
+    tune(TuneRequest(16, 4096, 4096, trials=2, families=["vector", "splitk"], jobs=1), replay, show_progress=False)
+    first = shape_guesses(16, 4096, 4096, "float32", DeviceLimits(), 132)[0]
+    assert first.family == "splitk" and replay.calls[0] == first.key
