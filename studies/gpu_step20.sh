@@ -32,6 +32,8 @@ case "$part" in
     ;;
   tune)
     start=$(date +%s)
+    MMTUNE_TEST_GPU=1 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_kernels.py -k dynamic_shared 2>&1 \
+      | tail -n 3 | tee "$out/dynamic_check.txt"
     shapes=$(python3 -c "
 import sys
 from autotune.records import suites
