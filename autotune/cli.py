@@ -419,7 +419,8 @@ def cache_reset():
 
 
 def _row_name(row: dict) -> str:
-    return f"{row['device']} {row['dtype']} {row['m']}x{row['n']}x{row['k']} {row['family']}"
+    shape = f"{row['m']}x{row['n']}x{row['k']}{_layout_suffix(row.get('layout'))}"
+    return f"{row['device']} {row['dtype']} {shape} {row['family']}"
 
 
 @app.command()
@@ -448,7 +449,7 @@ def warm(
     except (UserError, CacheError, ValueError) as error:
         _fail(error)
     for r in results:
-        shape = f"{r.row['m']}x{r.row['n']}x{r.row['k']}"
+        shape = f"{r.row['m']}x{r.row['n']}x{r.row['k']}{_layout_suffix(r.row.get('layout'))}"
         status = f"stored {r.key}" if r.key else f"failed: {r.error}"
         typer.echo(f"{r.row['device']} {r.row['dtype']} {shape} {r.row['family']}: {status}")
     typer.echo(f"{sum(bool(r.key) for r in results)} of {len(results)} kernels in {directory()}")

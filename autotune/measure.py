@@ -197,8 +197,9 @@ def measure(
     lock: str | None = None,
 ) -> Measurement:
     """Compile, then verify and (only if correct) time `kernel` at (M, N, K) on fresh random
-    inputs stored as its layout says. With `lock` (a file path) only the GPU part holds that lock: processes sharing a GPU
-    compile, draw inputs and compare with the reference in parallel but never time at once.
+    inputs stored as its layout says. With `lock` (a file path) only the GPU part holds that lock:
+    processes sharing a GPU compile, draw inputs and compare with the reference in parallel but
+    never time at once.
     The timing of a kernel that turns out wrong is discarded."""
     backend = backends.current()
     started = time.perf_counter()

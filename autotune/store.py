@@ -5,9 +5,10 @@ The header says all a launch needs (entry name, block, tile, splits, shared byte
 layout), so loading an entry needs cuda.bindings and neither numba nor the kernel modules (both
 import numba, which costs more than the whole launch). The key hashes everything that changes
 the binary: family, config, operand layout (kernels.LAYOUTS), offset width, the arguments' form,
-dtype, target architecture, the kernel sources, and the numba-cuda, NVVM and nvJitLink versions (launch bounds follow from the
-config and the sources). Entries are written atomically (a temporary file renamed over); one
-that is truncated, corrupt or holds another key reads as missing and is rebuilt.
+dtype, target architecture, the kernel sources, and the numba-cuda, NVVM and nvJitLink versions
+(launch bounds follow from the config and the sources). Entries are written atomically (a
+temporary file renamed over); one that is truncated, corrupt or holds another key reads as
+missing and is rebuilt.
 
 The source part of the key is a hash of the files of the `kernels` package, found without
 importing it and memoized by (name, mtime, size) in `sources.json`, so a load hashes nothing.
