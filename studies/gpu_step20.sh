@@ -5,7 +5,8 @@
 #                                                in every layout and in dynamic shared memory
 #   bash studies/gpu_step20.sh OUT tune SHAPE... `mmtune tune` per shape (MxNxK or a suite's name), TRIALS
 #                                                trials each (default 32) of DTYPE (default float32), no
-#                                                new tune after DEADLINE seconds (default 480); rows exported to
+#                                                new tune after DEADLINE seconds (default 480); with RETIME=1
+#                                                the stale shipped rows re-timed too; rows exported to
 #                                                OUT/tuned.json for `mmtune promote`
 #   bash studies/gpu_step20.sh OUT paths [ARGS]  studies/step20_paths.py: layouts, deterministic mode, big grids
 #   bash studies/gpu_step20.sh OUT loo           studies/loo.py: the cost model's leave-one-out accuracy
@@ -47,6 +48,9 @@ print(' '.join(s for a in sys.argv[1:] for s in (found[a] if a in found else [a]
         --trials "${TRIALS:-32}" --dtype "${DTYPE:-float32}" 2>&1 | quiet | tail -n 2 | tee -a "$out/tune.txt"
       echo "$shape: $(( $(date +%s) - t0 )) s" | tee -a "$out/tune.txt"
     done
+    if [ -n "${RETIME:-}" ]; then  # the shipped rows measured on older kernel code, re-timed on today's
+      MMTUNE_CACHE="$out/cache.db" timeout 200 python3 -m autotune warm --retime --arch sm_90 2>&1 | quiet | tee "$out/retime.txt"
+    fi
     MMTUNE_CACHE="$out/cache.db" python3 -m autotune export --out "$out/tuned.json"
     MMTUNE_CACHE="$out/cache.db" python3 -m autotune best 2>&1 | quiet > "$out/best.txt"
     ;;
