@@ -1,4 +1,4 @@
-"""The SQLite cache of verified best configs: one row per (device, dtype, m, n, k).
+"""The SQLite cache of verified best configs: one row per (device, dtype, m, n, k, layout).
 
 Knows nothing of Numba: a row is plain data. Writes are single statements that keep the faster
 row, so concurrent tuners writing one file never lose the best (SQLite serializes them; WAL lets
@@ -20,14 +20,18 @@ import sqlite_utils
 from autotune.paths import cache_file as default_path
 
 TABLE = "best"
-KEY = ("device", "dtype", "m", "n", "k")
+KEY = ("device", "dtype", "m", "n", "k", "layout")
 COLUMNS = {
     "device": str, "dtype": str, "m": int, "n": int, "k": int,
     "family": str, "params": str, "gflops": float, "median_ms": float, "spread": float,
     "trials": int, "cc": str, "driver": str, "numba": str, "numba_cuda": str,
-    "source_hash": str, "created": str, "study": str, "sm_count": int,
+    "source_hash": str, "created": str, "study": str, "sm_count": int, "layout": str,
 }
 REQUIRED = ("device", "dtype", "m", "n", "k", "family", "params", "gflops")
+#: the operands' layout a row was tuned for (kernels.LAYOUTS, not imported: it imports numba);
+#: rows written before layouts existed, and records files without the field, are NN
+LAYOUTS = ("NN", "NT", "TN", "TT")
+DEFAULT_LAYOUT = "NN"
 BUSY_TIMEOUT_MS = 30_000
 
 
@@ -74,9 +78,15 @@ class Cache:
         if others and TABLE not in others:
             raise CacheError(f"{self.path} holds other tables ({', '.join(others)}): not an mmtune cache")
         self.db.enable_wal()
-        self.table.create(COLUMNS, pk=KEY, not_null=set(REQUIRED), if_not_exists=True)
+        self.table.create(COLUMNS, pk=KEY, not_null=set(REQUIRED) | {"layout"}, defaults={"layout": DEFAULT_LAYOUT},
+                          if_not_exists=True)
         for column in set(COLUMNS) - set(self.table.columns_dict):  # a cache written by an older mmtune
-            self.table.add_column(column, COLUMNS[column])
+            if column == "layout":
+                self.table.add_column(column, COLUMNS[column], not_null_default=DEFAULT_LAYOUT)
+            else:
+                self.table.add_column(column, COLUMNS[column])
+        if tuple(self.table.pks) != KEY:  # its rows are NN rows: the layout joins their key
+            self.table.transform(pk=KEY)
 
     def close(self) -> None:
         self.db.close()
@@ -94,6 +104,7 @@ class Cache:
 
     def _upsert(self, row: dict, source_hashes: dict[str, str] | None = None) -> bool:
         row = {c: row.get(c) for c in COLUMNS}
+        row["layout"] = row["layout"] or DEFAULT_LAYOUT
         if not isinstance(row["params"], str):
             row["params"] = json.dumps(row["params"], sort_keys=True)
         row["created"] = row["created"] or datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -109,16 +120,16 @@ class Cache:
         )
         return cursor.rowcount > 0
 
-    def rows(self, device: str | None = None, dtype: str | None = None, shape=None) -> list[dict]:
+    def rows(self, device: str | None = None, dtype: str | None = None, shape=None, layout: str | None = None) -> list[dict]:
         where, args = [], []
-        for column, value in (("device", device), ("dtype", dtype)):
+        for column, value in (("device", device), ("dtype", dtype), ("layout", layout)):
             if value is not None:
                 where.append(f"{column} = ?")
                 args.append(value)
         if shape is not None:
             where.append("m = ? AND n = ? AND k = ?")
             args.extend(shape)
-        found = self.table.rows_where(" AND ".join(where) or None, args, order_by="device, dtype, m, n, k")
+        found = self.table.rows_where(" AND ".join(where) or None, args, order_by="device, dtype, m, n, k, layout")
         return [decode(row) for row in found]
 
     def merge(self, rows: list[dict], source_hashes: dict[str, str] | None = None) -> int:
@@ -128,8 +139,8 @@ class Cache:
         with self.db.conn:
             return sum(self._upsert(row, source_hashes) for row in rows)
 
-    def get(self, device: str, dtype: str, m: int, n: int, k: int) -> dict | None:
-        rows = self.rows(device, dtype, (m, n, k))
+    def get(self, device: str, dtype: str, m: int, n: int, k: int, layout: str = DEFAULT_LAYOUT) -> dict | None:
+        rows = self.rows(device, dtype, (m, n, k), layout)
         return rows[0] if rows else None
 
     def nearest(self, device: str, dtype: str, m: int, n: int, k: int, count: int = 1) -> list[tuple[float, dict]]:
@@ -157,6 +168,8 @@ def validate_records(rows) -> list[dict]:
                 ok = isinstance(value, str) and value != ""
             if not ok:
                 raise RecordsError(f"row {i}: {column} is missing or invalid ({value!r})")
+        if row.get("layout") not in (None, *LAYOUTS):
+            raise RecordsError(f"row {i}: layout is invalid ({row['layout']!r}); known: {', '.join(LAYOUTS)}")
         unknown = set(row) - set(COLUMNS)
         if unknown:
             raise RecordsError(f"row {i}: unknown fields {sorted(unknown)}")
@@ -235,6 +248,13 @@ def _replaces_sql(new_family, new_hash, new_gflops, old_family, old_hash, old_gf
 
 
 def decode(row: dict) -> dict:
+    """A row with params as an object, and its layout (NN where a records file has none)."""
     row = dict(row)
     row["params"] = json.loads(row["params"]) if isinstance(row["params"], str) else row["params"]
+    row["layout"] = row.get("layout") or DEFAULT_LAYOUT
     return row
+
+
+def row_key(row: dict) -> tuple:
+    """A row's key (KEY), its layout NN where it has none."""
+    return tuple(row.get(c) or DEFAULT_LAYOUT if c == "layout" else row[c] for c in KEY)

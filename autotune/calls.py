@@ -6,7 +6,8 @@ it (autotune.launch) on the caller's stream: `stream` if given, else PyTorch's c
 torch tensors, CuPy's for CuPy arrays, the default stream for others. It never waits for the GPU.
 A plan is built once per (shapes, strides, dtypes, devices): the checks run then, the config
 comes from the kernel store's memory of this shape or from `lookup`, the cubin from the store
-(compiled into it if missing). During CUDA graph capture a missing plan is an error, since
+(compiled into it if missing) for the operands' layout (a transposed view is read in place) and
+offset width. During CUDA graph capture a missing plan is an error, since
 building one would compile, load or allocate.
 
 NumPy operands, the CUDA simulator, and MMTUNE_LAUNCH=numba (a debug fallback) go through
@@ -26,7 +27,9 @@ from typing import Callable
 import numpy as np
 
 from autotune import backends, launch, store
-from autotune.operands import Operand, OperandError, check_product, dtype_name, kind_of, reader
+from autotune.operands import (
+    Operand, OperandError, check_product, dtype_name, kind_of, memory_shapes, offset_bits, reader,
+)
 
 ENV = "MMTUNE_LAUNCH"  # "numba": launch through Numba's dispatcher, for debugging
 
@@ -37,6 +40,7 @@ class CallPlan:
     m: int
     n: int
     dtype: str
+    layout: str  # of A and B, kernels.LAYOUTS
     out_key: tuple  # (shape, strides, dtype, device) a matching `out` reads as
     plan: launch.Plan | None  # None: C is empty, nothing to launch
     family: str
@@ -143,7 +147,7 @@ def _caller_stream(A) -> int:
 
 
 def _build(key: tuple, kind: str, a: Operand, b: Operand, stream) -> CallPlan:
-    m, n, k, dtype = check_product(a, b)
+    m, n, k, dtype, layout = check_product(a, b)
     with _build_lock:
         call = _plans.get(key)
         if call is not None:
@@ -151,25 +155,25 @@ def _build(key: tuple, kind: str, a: Operand, b: Operand, stream) -> CallPlan:
         device = launch.device(a.device)
         previous = device.enter()
         try:
-            plan, family, config = _plan(device, kind, a, stream, m, n, k, dtype)
+            plan, family, config = _plan(device, kind, a, stream, m, n, k, dtype, layout)
         finally:
             device.leave(previous)
-        call = _plans[key] = CallPlan(kind, m, n, dtype, ((m, n), None, a.dtype, a.device), plan, family, config)
+        call = _plans[key] = CallPlan(kind, m, n, dtype, layout, ((m, n), None, a.dtype, a.device), plan, family, config)
         return call
 
 
-def _plan(device: launch.Device, kind: str, a: Operand, stream, m: int, n: int, k: int, dtype: str):
-    """(launch plan, family, config) for a product on `device`, whose context is current."""
+def _plan(device: launch.Device, kind: str, a: Operand, stream, m: int, n: int, k: int, dtype: str, layout: str):
+    """(launch plan, family, config) for a product in `layout` on `device`, whose context is current."""
     raw = current_stream(kind, a.device) if stream is None else launch.stream_handle(stream)
     _refuse_during_capture(raw, m, n, k, dtype, a.device)
     if not (m and n):  # an empty C needs no kernel (and CUDA refuses an empty grid)
         return None, "", {}
-    family, config, entry = find_entry(_identity(device), m, n, k, dtype)
+    family, config, entry = find_entry(_identity(device), m, n, k, dtype, layout)
     loaded = _loaded.get(entry.key)
     if loaded is None:
         loaded = _loaded[entry.key] = launch.load(entry.cubin, entry.name, entry.dynamic_shared)
     itemsize = np.dtype(dtype).itemsize
-    words, slots = launch.pack_arguments([(m, k), (k, n), (m, n)], itemsize)
+    words, slots = launch.pack_arguments(memory_shapes(m, n, k, layout), itemsize)
     zero = m * n * itemsize // 4 if entry.splits > 1 else 0
     grid = launch.grid_for(m, n, entry.tile, entry.splits)
     return launch.Plan(loaded, device, grid, entry.block, words, slots, zero), family, config
@@ -199,23 +203,24 @@ def _identity(device: launch.Device) -> backends.Device:
     return found
 
 
-def find_entry(gpu: backends.Device, m: int, n: int, k: int, dtype: str):
-    """(family, config, store entry) for a shape on a GPU: from the store when it remembers the
-    shape (numba stays unloaded), else from `lookup` for that GPU and, if missing, compiled into
-    the store."""
-    found = store.recall(gpu.name, dtype, (m, n, k))
+def find_entry(gpu: backends.Device, m: int, n: int, k: int, dtype: str, layout: str = "NN"):
+    """(family, config, store entry) for a shape and layout on a GPU: from the store when it
+    remembers them (numba stays unloaded), else from `lookup` for that GPU and, if missing,
+    compiled into the store for that layout and the offset width the shape needs."""
+    found = store.recall(gpu.name, dtype, (m, n, k), layout=layout)
     if found is None:
         from autotune.runtime import lookup
 
         stamp = store.cache_stamp()  # before looking up: a write meanwhile must make this stale
-        choice = lookup(m, n, k, dtype, gpu)
+        choice = lookup(m, n, k, dtype, gpu, layout)
         found = (choice.family, choice.config)
         try:
-            store.remember(gpu.name, dtype, (m, n, k), *found, stamp=stamp)
+            store.remember(gpu.name, dtype, (m, n, k), *found, stamp=stamp, layout=layout)
         except OSError as error:
             warnings.warn(f"mmtune: cannot write to the kernel store: {error}", stacklevel=3)
     family, config = found
-    return family, config, store.get(family, config, dtype, store.parse_arch(gpu.cc))
+    entry = store.get(family, config, dtype, store.parse_arch(gpu.cc), layout=layout, offset_bits=offset_bits(m, n, k))
+    return family, config, entry
 
 
 def _empty(kind: str, A, call: CallPlan) -> tuple[object, Operand]:

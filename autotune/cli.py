@@ -17,6 +17,8 @@ app = typer.Typer(
     add_completion=False,
 )
 DTYPE_HELP = "Element type: float32, float64 or int32."
+LAYOUT_HELP = ("How A and B are stored: NN, NT, TN or TT; T is the transpose of a C-contiguous array "
+               "(A.T, B.T views).")
 
 
 class UserError(Exception):
@@ -58,6 +60,19 @@ def _int_list(text: Optional[str], option: str, what: str = "positive integers l
     return values
 
 
+def _layout(text: str) -> str:
+    from autotune.cache import LAYOUTS
+
+    if text.upper() not in LAYOUTS:
+        raise UserError(f"unknown layout {text!r}; known: {', '.join(LAYOUTS)}")
+    return text.upper()
+
+
+def _layout_suffix(layout: Optional[str]) -> str:
+    """' TN' after a shape tuned for another layout than NN; nothing for NN."""
+    return "" if layout in (None, "NN") else f" {layout}"
+
+
 def _shape(m: Optional[int], n: Optional[int], k: Optional[int]):
     given = [x is not None for x in (m, n, k)]
     if any(given) and not all(given):
@@ -80,6 +95,7 @@ def tune(
     jobs: Optional[int] = typer.Option(None, help="Worker processes sharing the GPU: they compile in parallel, measure one at a time; default the usable CPU cores, at most 16."),
     trial_timeout: float = typer.Option(300, help="Fail a trial (and stop its measuring process) after this many seconds."),
     gpus: Optional[str] = typer.Option(None, help="GPU indices like 0,1: --jobs workers on each, all on one study."),
+    layout: str = typer.Option("NN", help=LAYOUT_HELP),
     simulate: bool = typer.Option(False, help="Run on the CPU under Numba's CUDA simulator (tiny shapes)."),
 ):
     """Search kernel configs for one shape; cache and print the verified best."""
@@ -90,7 +106,7 @@ def tune(
         from autotune.tuner import TuneError, TuneRequest, tune as run
 
         options = dict(dtype=dtype, trials=trials, timeout=timeout, sampler=sampler, storage=storage, seed=seed,
-                       trial_timeout=trial_timeout, gpus=_int_list(gpus, "--gpus", "GPU indices like 0,1", least=0))
+                       layout=_layout(layout), trial_timeout=trial_timeout, gpus=_int_list(gpus, "--gpus", "GPU indices like 0,1", least=0))
         if family:
             options["families"] = family
         if jobs is not None:
@@ -101,7 +117,8 @@ def tune(
     row = result.row
     if row is None:
         _fail(RuntimeError(f"no config verified in {result.trials} trials ({result.failed} failed); see study {result.study_name}"))
-    typer.echo(f"best for {row['device']} {row['dtype']} {m}x{n}x{k}: {row['family']} {json.dumps(row['params'])}")
+    typer.echo(f"best for {row['device']} {row['dtype']} {m}x{n}x{k}{_layout_suffix(row['layout'])}: {row['family']} "
+               f"{json.dumps(row['params'])}")
     typer.echo(
         f"  {_gflops(row['gflops'])} GFLOPS, median {row['median_ms']:.4g} ms, spread {row['spread']:.1%};"
         f" {result.trials} trials ({result.new_trials} new, {result.failed} failed) in {result.wall_s:.0f} s"
@@ -116,6 +133,7 @@ def best(
     n: Optional[int] = typer.Option(None, "--n", help="See --m."),
     k: Optional[int] = typer.Option(None, "--k", help="See --m."),
     dtype: Optional[str] = typer.Option(None, help=DTYPE_HELP),
+    layout: Optional[str] = typer.Option(None, help="Only rows tuned for this layout (NN, NT, TN or TT)."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list of the rows."),
 ):
     """Show the cached best configs, for all shapes or one."""
@@ -123,7 +141,7 @@ def best(
         from autotune.cache import Cache, CacheError, stale
         from kernels import source_hashes
 
-        rows = Cache().rows(dtype=dtype, shape=_shape(m, n, k))
+        rows = Cache().rows(dtype=dtype, shape=_shape(m, n, k), layout=_layout(layout) if layout else None)
         hashes = source_hashes()
     except (UserError, CacheError) as error:
         _fail(error)
@@ -132,11 +150,12 @@ def best(
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    table = Table("device", "dtype", "M", "N", "K", "family", "params", "GFLOPS", "spread", "trials", "tuned", "code")
+    table = Table("device", "dtype", "M", "N", "K", "layout", "family", "params", "GFLOPS", "spread", "trials", "tuned",
+                  "code")
     for r in rows:
         params = " ".join(f"{key}={value}" for key, value in r["params"].items())
         table.add_row(
-            r["device"], r["dtype"], str(r["m"]), str(r["n"]), str(r["k"]), r["family"], params,
+            r["device"], r["dtype"], str(r["m"]), str(r["n"]), str(r["k"]), r["layout"], r["family"], params,
             _gflops(r["gflops"]), f"{r['spread']:.1%}" if r["spread"] is not None else "",
             str(r["trials"] or ""), (r["created"] or "")[:10], "stale" if r["stale"] else "current",
         )
@@ -151,6 +170,7 @@ def lookup(
     n: int = typer.Option(..., "--n", help="Columns of B and C."),
     k: int = typer.Option(..., "--k", help="Columns of A, rows of B."),
     dtype: str = typer.Option("float32", help=DTYPE_HELP),
+    layout: str = typer.Option("NN", help=LAYOUT_HELP),
     simulate: bool = typer.Option(False, help="Look up for the simulator's rows."),
 ):
     """Say which config matmul would use for a shape, and where it came from."""
@@ -159,12 +179,12 @@ def lookup(
         from autotune.runtime import lookup as find
         from autotune.operands import OperandError
 
-        choice = find(m, n, k, dtype)
+        choice = find(m, n, k, dtype, layout=_layout(layout))
     except (UserError, OperandError) as error:
         _fail(error)
     typer.echo(f"{choice.source}: {choice.family} {json.dumps(choice.config)}")
     if choice.tuned_shape:
-        shape = "x".join(map(str, choice.tuned_shape))
+        shape = "x".join(map(str, choice.tuned_shape)) + _layout_suffix(choice.tuned_layout)
         typer.echo(f"  tuned for {shape} (distance {choice.distance:.2f}) at {_gflops(choice.gflops)} GFLOPS"
                    f" on {choice.measured_on} ({choice.gpu_match}; {choice.origin} row"
                    f"{', stale: older kernel code' if choice.stale else ''})")
@@ -399,7 +419,8 @@ def cache_reset():
 
 
 def _row_name(row: dict) -> str:
-    return f"{row['device']} {row['dtype']} {row['m']}x{row['n']}x{row['k']} {row['family']}"
+    shape = f"{row['m']}x{row['n']}x{row['k']}{_layout_suffix(row.get('layout'))}"
+    return f"{row['device']} {row['dtype']} {shape} {row['family']}"
 
 
 @app.command()
@@ -428,7 +449,7 @@ def warm(
     except (UserError, CacheError, ValueError) as error:
         _fail(error)
     for r in results:
-        shape = f"{r.row['m']}x{r.row['n']}x{r.row['k']}"
+        shape = f"{r.row['m']}x{r.row['n']}x{r.row['k']}{_layout_suffix(r.row.get('layout'))}"
         status = f"stored {r.key}" if r.key else f"failed: {r.error}"
         typer.echo(f"{r.row['device']} {r.row['dtype']} {shape} {r.row['family']}: {status}")
     typer.echo(f"{sum(bool(r.key) for r in results)} of {len(results)} kernels in {directory()}")

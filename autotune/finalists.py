@@ -45,7 +45,7 @@ def pending(study: optuna.Study) -> list[Config]:
 
 
 def retime(study: optuna.Study, measurer, shape, dtype: str, seed: int | None, on_done=None,
-           lock: str | None = None) -> None:
+           lock: str | None = None, layout: str = "NN") -> None:
     """Re-time every pending finalist, keeping each result in the study as it comes. A measurer
     that can `fork` (autotune.isolation.Isolated) re-times them at once, one child each: they
     compile in parallel and time one at a time, holding `lock`."""
@@ -57,19 +57,20 @@ def retime(study: optuna.Study, measurer, shape, dtype: str, seed: int | None, o
     try:
         if len(measurers) == 1:
             for job in jobs:
-                _retime_one(study, *job, shape, dtype, lock, on_done)
+                _retime_one(study, *job, shape, dtype, lock, on_done, layout)
         else:
             with ThreadPoolExecutor(len(measurers)) as pool:
-                for done in [pool.submit(_retime_one, study, *job, shape, dtype, lock, on_done) for job in jobs]:
+                for done in [pool.submit(_retime_one, study, *job, shape, dtype, lock, on_done, layout) for job in jobs]:
                     done.result()
     finally:
         for forked in measurers[1:]:
             forked.close()
 
 
-def _retime_one(study: optuna.Study, config: Config, measurer, rng, shape, dtype: str, lock, on_done) -> None:
+def _retime_one(study: optuna.Study, config: Config, measurer, rng, shape, dtype: str, lock, on_done,
+                layout: str = "NN") -> None:
     try:
-        kernel = kernels.build(config.family, config.params, dtype)
+        kernel = kernels.build(config.family, config.params, dtype, layout, kernels.offset_bits_for(*shape))
         result = measurer(kernel, *shape, rng, repeat=FINAL_LAUNCHES, lock=lock)
         record = {"ok": result.verification.ok}
         if result.verification.ok:
@@ -82,7 +83,7 @@ def _retime_one(study: optuna.Study, config: Config, measurer, rng, shape, dtype
         on_done()
 
 
-def winner_row(study: optuna.Study, shape, dtype: str, device: dict) -> dict | None:
+def winner_row(study: optuna.Study, shape, dtype: str, device: dict, layout: str = "NN") -> dict | None:
     """The cache row of the fastest re-timed finalist, or None if none verified."""
     timed = [(config, _result(study, config)) for config in finalists(study)]
     timed = [(config, result) for config, result in timed if result and result["ok"]]
@@ -90,7 +91,7 @@ def winner_row(study: optuna.Study, shape, dtype: str, device: dict) -> dict | N
         return None
     config, result = max(timed, key=lambda entry: entry[1]["gflops"])
     return {
-        **device, "dtype": dtype, "m": shape[0], "n": shape[1], "k": shape[2],
+        **device, "dtype": dtype, "m": shape[0], "n": shape[1], "k": shape[2], "layout": layout,
         "family": config.family, "params": config.params, "gflops": result["gflops"],
         "median_ms": result["median_ms"], "spread": result["spread"],
         **{k: v for k, v in versions().items() if k != "python"},

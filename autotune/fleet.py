@@ -51,11 +51,14 @@ def offer_winner(study: optuna.Study, row: dict, spec: str, lock_dir: Path, sour
         return True
 
 
-def parse_study_name(name: str) -> tuple[str, str, tuple[int, int, int]] | None:
-    """(device, dtype, shape) of an mmtune study name (autotune.tuner.study_name), else None."""
+def parse_study_name(name: str) -> tuple[str, str, tuple[int, int, int], str] | None:
+    """(device, dtype, shape, layout) of an mmtune study name (autotune.study.study_name), else None."""
     if not name.startswith(PREFIX):
         return None
-    parts = name[len(PREFIX):].rsplit(":", 2)
+    body, layout = name[len(PREFIX):], "NN"
+    if body[-3:-2] == ":" and body[-2:] in kernels.LAYOUTS:
+        body, layout = body[:-3], body[-2:]
+    parts = body.rsplit(":", 2)
     if len(parts) != 3:
         return None
     device, dtype, shape = parts
@@ -63,7 +66,7 @@ def parse_study_name(name: str) -> tuple[str, str, tuple[int, int, int]] | None:
         m, n, k = (int(x) for x in shape.split("x"))
     except ValueError:
         return None
-    return device, dtype, (m, n, k)
+    return device, dtype, (m, n, k), layout
 
 
 def pull(spec: str, device: str | None = None, dtype: str | None = None, cache: Cache | None = None) -> PullResult:
@@ -100,7 +103,7 @@ def _this_device() -> str:
         raise PullError(f"no GPU here to name the device ({type(error).__name__}); give --device") from None
 
 
-def _best_trial_row(summary, device: str, dtype: str, shape: tuple[int, int, int]) -> dict | None:
+def _best_trial_row(summary, device: str, dtype: str, shape: tuple[int, int, int], layout: str) -> dict | None:
     """A cache row from the best complete trial of a study no host has finished (not re-timed,
     and measured on kernel code it does not record: lookup ranks it as stale)."""
     from autotune.space import config_of
@@ -110,7 +113,7 @@ def _best_trial_row(summary, device: str, dtype: str, shape: tuple[int, int, int
         return None
     config = config_of(trial.params)
     return {
-        "device": device, "dtype": dtype, "m": shape[0], "n": shape[1], "k": shape[2],
+        "device": device, "dtype": dtype, "m": shape[0], "n": shape[1], "k": shape[2], "layout": layout,
         "family": config.family, "params": config.params, "gflops": trial.value,
         "median_ms": trial.user_attrs.get("median_ms"), "spread": trial.user_attrs.get("spread"),
         "study": summary.study_name,

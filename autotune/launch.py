@@ -30,7 +30,7 @@ ARRAY_WORDS = 9
 DATA_WORD = 4  # index of the data pointer among an array's words
 #: above this much dynamic shared memory a kernel must opt in (cuKernelSetAttribute)
 DEFAULT_DYNAMIC_SHARED_LIMIT = 48 * 1024
-MAX_GRID_Y = 65535
+MAX_GRID_X = 2**31 - 1  # CUDA's limit on gridDim.x, where the tiles of C go
 
 
 class LaunchError(RuntimeError):
@@ -78,16 +78,15 @@ class ArgumentBuffer:
 
 
 def grid_for(m: int, n: int, tile: tuple[int, int], splits: int) -> tuple[int, int, int]:
-    """Blocks along N, M and K (split-K); refuses an M past CUDA's gridDim.y like Kernel.grid."""
+    """(tiles of C, K-splits, 1), the rule of kernels.base.grid_of: every tile on grid x, whose
+    limit no product that fits in memory reaches."""
     from autotune.operands import OperandError
 
     rows, cols = tile
-    grid = (-(-n // cols), -(-m // rows), splits)
-    if grid[1] > MAX_GRID_Y:
-        raise OperandError(
-            f"M={m} needs {grid[1]} block rows, over CUDA's {MAX_GRID_Y}; use a config with a taller tile than {rows}"
-        )
-    return grid
+    tiles = -(-m // rows) * -(-n // cols)
+    if tiles > MAX_GRID_X:
+        raise OperandError(f"{m}x{n} needs {tiles} blocks, over CUDA's {MAX_GRID_X}")
+    return tiles, splits, 1
 
 
 class Device:

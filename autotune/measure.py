@@ -50,14 +50,25 @@ def versions() -> dict:
     return {"numba": version("numba"), "numba_cuda": version("numba-cuda"), "python": platform.python_version()}
 
 
-def random_inputs(m: int, n: int, k: int, dtype: str, rng: np.random.Generator):
+def random_inputs(m: int, n: int, k: int, dtype: str, rng: np.random.Generator, layout: str = "NN"):
+    """Fresh A (M x K) and B (K x N), stored as `layout` (kernels.LAYOUTS) says: a "T" A is the
+    transposed view of a K x M array drawn C-contiguous (B: of an N x K one); `stored` gives
+    what a kernel of that layout receives."""
     np_dtype = DTYPES[dtype][0]
-    if np_dtype.kind == "i":
-        return (
-            rng.integers(-INT_RANGE, INT_RANGE + 1, (m, k)).astype(np_dtype),
-            rng.integers(-INT_RANGE, INT_RANGE + 1, (k, n)).astype(np_dtype),
-        )
-    return rng.standard_normal((m, k), dtype=np_dtype), rng.standard_normal((k, n), dtype=np_dtype)
+
+    def draw(shape):
+        if np_dtype.kind == "i":
+            return rng.integers(-INT_RANGE, INT_RANGE + 1, shape).astype(np_dtype)
+        return rng.standard_normal(shape, dtype=np_dtype)
+
+    A = draw((k, m)).T if layout[0] == "T" else draw((m, k))
+    B = draw((n, k)).T if layout[1] == "T" else draw((k, n))
+    return A, B
+
+
+def stored(A: np.ndarray, B: np.ndarray, layout: str) -> tuple[np.ndarray, np.ndarray]:
+    """The C-contiguous arrays a kernel of `layout` receives for A and B (random_inputs' memory)."""
+    return (A.T if layout[0] == "T" else A), (B.T if layout[1] == "T" else B)
 
 
 def reference(A: np.ndarray, B: np.ndarray) -> np.ndarray:
@@ -101,18 +112,22 @@ class Verification:
 
 
 def verify(kernel: Kernel, m: int, n: int, k: int, rng: np.random.Generator) -> Verification:
-    """Run `kernel` once on fresh random (M,K)@(K,N) inputs into a poisoned output and compare
-    with the reference (on REFERENCE_ROWS random rows when the product is large)."""
+    """Run `kernel` once on fresh random (M,K)@(K,N) inputs, stored as its layout says, into a
+    poisoned output and compare with the reference (on REFERENCE_ROWS random rows when the
+    product is large)."""
     backend = backends.current()
-    A, B = random_inputs(m, n, k, kernel.dtype, rng)
-    out = run_poisoned(kernel, backend.to_device(A), backend.to_device(B))
+    A, B = random_inputs(m, n, k, kernel.dtype, rng, kernel.layout)
+    a, b = stored(A, B, kernel.layout)
+    out = run_poisoned(kernel, backend.to_device(a), backend.to_device(b))
     return compare(out, A, B, kernel.dtype, rng)
 
 
 def run_poisoned(kernel: Kernel, dA, dB) -> np.ndarray:
-    """One launch into an output full of poison; what the kernel left there, on the host."""
+    """One launch, on A and B as stored for the kernel's layout, into an output full of poison;
+    what the kernel left there, on the host."""
     backend = backends.current()
-    m, n = dA.shape[0], dB.shape[1]
+    m = dA.shape[1] if kernel.layout[0] == "T" else dA.shape[0]
+    n = dB.shape[0] if kernel.layout[1] == "T" else dB.shape[1]
     dC = backend.to_device(np.full((m, n), poison_value(kernel.dtype), dtype=dA.dtype))
     kernel(dA, dB, dC)
     backend.synchronize()
@@ -182,18 +197,19 @@ def measure(
     lock: str | None = None,
 ) -> Measurement:
     """Compile, then verify and (only if correct) time `kernel` at (M, N, K) on fresh random
-    inputs. With `lock` (a file path) only the GPU part holds that lock: processes sharing a GPU
-    compile, draw inputs and compare with the reference in parallel but never time at once.
+    inputs stored as its layout says. With `lock` (a file path) only the GPU part holds that lock:
+    processes sharing a GPU compile, draw inputs and compare with the reference in parallel but
+    never time at once.
     The timing of a kernel that turns out wrong is discarded."""
     backend = backends.current()
     started = time.perf_counter()
     kernel.compile()
     compile_s = time.perf_counter() - started
     backend.prepare_timing()  # compiles what timing needs once per process, not while holding the lock
-    A, B = random_inputs(m, n, k, kernel.dtype, rng)
+    A, B = random_inputs(m, n, k, kernel.dtype, rng, kernel.layout)
     timing = None
     with exclusive(lock):
-        dA, dB = backend.to_device(A), backend.to_device(B)
+        dA, dB = (backend.to_device(x) for x in stored(A, B, kernel.layout))
         out = run_poisoned(kernel, dA, dB)
         if all_written(out):
             dC = backend.empty((m, n), A.dtype)

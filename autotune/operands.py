@@ -8,6 +8,8 @@ the host). Readers: PyTorch tensors (`data_ptr()`), CuPy arrays, anything with
 `__cuda_array_interface__` (Numba device arrays among them) and anything with `__dlpack__`.
 The checks that depend on shapes, dtypes and devices run once, when a plan is built
 (`check_product`); per call only the plan's key (shapes, strides, dtypes, devices) is compared.
+A and B may each be C-contiguous (layout "N") or the transpose of a C-contiguous array ("T",
+e.g. `X.T`): the kernels read both in place (kernels.LAYOUTS); C must be C-contiguous.
 No numba here: a fresh process reads operands and launches without it.
 """
 
@@ -20,8 +22,10 @@ import numpy as np
 
 #: the element types kernels are built for (kernels.DTYPES, whose module imports numba)
 DTYPES = ("float32", "float64", "int32")
-#: kernels compute element offsets in 32 bits (kernels.intrinsics.MAX_ELEMENTS)
-MAX_ELEMENTS = 2**32
+#: an operand of this many elements needs the kernels' 64-bit offsets (kernels.offset_bits_for,
+#: whose module imports numba)
+WIDE_OFFSET_ELEMENTS = 2**32
+ACCEPTED = "C-contiguous, or the transpose of a C-contiguous array (layouts N and T)"
 
 
 class OperandError(ValueError):
@@ -150,19 +154,58 @@ def read_dlpack(x) -> Operand:
     return Operand((tensor.data or 0) + tensor.byte_offset, shape, strides, dtype, device)
 
 
-def check_product(A: Operand, B: Operand, C: Operand | None = None) -> tuple[int, int, int, str]:
-    """(M, N, K, dtype) of A @ B on one GPU, or a one-line OperandError naming the culprit.
+def check_product(A: Operand, B: Operand, C: Operand | None = None) -> tuple[int, int, int, str, str]:
+    """(M, N, K, dtype, layout) of A @ B on one GPU, layout as in kernels.LAYOUTS ("TN": A is
+    the transpose of a C-contiguous array), or a one-line OperandError naming the culprit.
     Everything a kernel would misread is refused: never a silent copy, never a wrong result."""
     m, n, k, dtype = check_shapes(A, B, C)
-    check_elements(m, n, k)
+    itemsize = np.dtype(dtype).itemsize
     for name, x in (("A", A), ("B", B)) + ((("C", C),) if C is not None else ()):
         if x.device < 0:
             raise OperandError(f"{name} is not on a CUDA device; pass GPU arrays, or NumPy arrays for both")
         if x.device != A.device:
             raise OperandError(f"{name} is on cuda:{x.device} and A on cuda:{A.device}; put them on one GPU")
-        if x.strides is not None:
-            raise OperandError(f"{name} is not C-contiguous; pass a contiguous copy")
-    return m, n, k, dtype
+    if C is not None and operand_layout(C.shape, C.strides, itemsize) != "N":
+        raise OperandError(f"C is not C-contiguous (strides {C.strides}); pass a C-contiguous out")
+    return m, n, k, dtype, _layout_of("A", A, itemsize) + _layout_of("B", B, itemsize)
+
+
+def _layout_of(name: str, x: Operand, itemsize: int) -> str:
+    layout = operand_layout(x.shape, x.strides, itemsize)
+    if layout is None:
+        raise OperandError(f"{name} has strides {x.strides} for shape {tuple(x.shape)}; matmul takes {ACCEPTED}: "
+                           "pass a contiguous copy")
+    return layout
+
+
+def operand_layout(shape: tuple, strides: tuple | None, itemsize: int) -> str | None:
+    """"N" for a C-contiguous 2-D array (`strides` None, or C's strides: a stride along an extent
+    of 1 or less never matters), "T" for the transpose of one (strides (itemsize, rows * itemsize)
+    for shape (rows, cols): memory shape (cols, rows)), None for any other strides."""
+    if strides is None:
+        return "N"
+    rows, cols = shape
+
+    def fits(expected: tuple) -> bool:
+        return all(extent <= 1 or got == want for extent, got, want in zip(shape, strides, expected))
+
+    if fits((cols * itemsize, itemsize)):
+        return "N"
+    if fits((itemsize, rows * itemsize)):
+        return "T"
+    return None
+
+
+def memory_shapes(m: int, n: int, k: int, layout: str) -> list[tuple[int, int]]:
+    """The shapes of the C-contiguous arrays a kernel of `layout` receives for A, B and C: a "T"
+    A is its K x M transpose, a "T" B its N x K one."""
+    return [(k, m) if layout[0] == "T" else (m, k), (n, k) if layout[1] == "T" else (k, n), (m, n)]
+
+
+def offset_bits(m: int, n: int, k: int) -> int:
+    """32, or 64 when an operand of an (M x K) @ (K x N) product has 2**32 elements or more (the
+    rule of kernels.offset_bits_for, which a launch without numba cannot import)."""
+    return 64 if max(m * k, k * n, m * n) >= WIDE_OFFSET_ELEMENTS else 32
 
 
 def check_shapes(A, B, C=None) -> tuple[int, int, int, str]:
@@ -186,30 +229,26 @@ def check_shapes(A, B, C=None) -> tuple[int, int, int, str]:
     return m, n, k, dtype
 
 
-def check_elements(m: int, n: int, k: int) -> None:
-    """Kernels offset elements in 32 bits: a larger operand would be read and written wrongly."""
-    for name, count in (("A", m * k), ("B", k * n), ("C", m * n)):
-        if count >= MAX_ELEMENTS:
-            raise OperandError(f"{name} has {count:,} elements; kernels address at most 2**32 - 1")
+def arrays_layout(A, B) -> str:
+    """The layout (kernels.LAYOUTS) of arrays A and B (anything with .shape, .strides and NumPy's
+    flags or Numba's is_c_contiguous/is_f_contiguous), or a one-line OperandError naming the one
+    of other strides: a strided view is refused, never silently copied."""
+    return _array_layout_of("A", A) + _array_layout_of("B", B)
 
 
-def check_arrays(A, B, C, dtype: str) -> None:
-    """Refuse, with a clear error, host or device arrays (anything with .shape, .dtype and
-    C-contiguity flags) that a kernel built for `dtype` would misread: a strided view is refused,
-    never silently copied."""
-    for name, x in (("A", A), ("B", B), ("C", C)):
-        if len(x.shape) != 2:
-            raise OperandError(f"{name} must be 2-D, got shape {tuple(x.shape)}")
-        if dtype_name(x.dtype) != dtype:
-            raise OperandError(f"{name} has dtype {dtype_name(x.dtype)}, the kernel was built for {dtype}")
-        if not _c_contiguous(x):
-            raise OperandError(f"{name} is not C-contiguous; pass a contiguous copy")
-    m, n, k, _ = check_shapes(A, B, C)
-    check_elements(m, n, k)
+def _array_layout_of(name: str, x) -> str:
+    layout = array_layout(x)
+    if layout is None:
+        raise OperandError(f"{name} has strides {tuple(x.strides)} for shape {tuple(x.shape)}; matmul takes {ACCEPTED}: "
+                           "pass a contiguous copy")
+    return layout
 
 
-def _c_contiguous(x) -> bool:
+def array_layout(x) -> str | None:
+    """"N" (C-contiguous), "T" (F-contiguous: the transpose of a C-contiguous array) or None."""
     flags = getattr(x, "flags", None)
     if flags is not None:
-        return bool(flags["C_CONTIGUOUS"])
-    return bool(x.is_c_contiguous())
+        c, f = flags["C_CONTIGUOUS"], flags["F_CONTIGUOUS"]
+    else:
+        c, f = x.is_c_contiguous(), x.is_f_contiguous()
+    return "N" if c else "T" if f else None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from autotune.cache import COLUMNS, KEY, Cache, RecordsError, decode, read_records, replaces, validate_records
+from autotune.cache import COLUMNS, DEFAULT_LAYOUT, Cache, RecordsError, decode, read_records, replaces, row_key, validate_records
 from autotune.paths import write_atomically
 
 DATA = resources.files("autotune") / "data"
@@ -80,7 +80,7 @@ def select(source: Path | None = None, device: str | None = None, dtype: str | N
 
 def promote(rows: list[dict], out: Path | None = None) -> list[Promotion]:
     """Merge `rows` into the records file of each row's GPU model in this source checkout (or
-    all into `out`), keeping per (device, dtype, m, n, k) the faster row, or the current one where
+    all into `out`), keeping per (device, dtype, m, n, k, layout) the faster row, or the current one where
     the other was measured on older kernel code; each file is sorted by that key and replaced
     atomically."""
     validate_records(rows)
@@ -112,18 +112,18 @@ def _checkout_records() -> Path:
 
 def _merge_into(path: Path, new: list[dict]) -> Promotion:
     try:
-        merged = {_key(r): _canonical(r) for r in (read_records(path) if path.exists() else [])}
+        merged = {row_key(r): _canonical(r) for r in (read_records(path) if path.exists() else [])}
     except RecordsError as error:
         raise PromoteError(str(error)) from None
     hashes = _source_hashes()
     added = replaced = kept = 0
     for row in new:
-        old = merged.get(_key(row))
+        old = merged.get(row_key(row))
         if old is not None and not replaces(row, old, hashes):
             kept += 1
             continue
         added, replaced = added + (old is None), replaced + (old is not None)
-        merged[_key(row)] = _canonical(row)
+        merged[row_key(row)] = _canonical(row)
     rows = [merged[key] for key in sorted(merged)]
     try:
         write_atomically(path, (json.dumps(rows, indent=2) + "\n").encode())
@@ -138,14 +138,10 @@ def _source_hashes() -> dict[str, str]:
     return kernels.source_hashes()
 
 
-def _key(row: dict) -> tuple:
-    return tuple(row[c] for c in KEY)
-
-
 def _canonical(row: dict) -> dict:
     """The row with every column, in the cache's column order and with params sorted, so the
-    file's diffs show what changed and nothing else."""
+    file's diffs show what changed and nothing else; the layout only where it is not NN (the
+    layout of a row without one)."""
     row = decode(row)
-    return {c: dict(sorted(row["params"].items())) if c == "params" else row.get(c) for c in COLUMNS}
-
-
+    return {c: dict(sorted(row["params"].items())) if c == "params" else row.get(c) for c in COLUMNS
+            if c != "layout" or row["layout"] != DEFAULT_LAYOUT}

@@ -11,7 +11,7 @@ import numpy as np
 
 import kernels
 from autotune import records
-from autotune.cache import Cache, stale
+from autotune.cache import Cache, row_key, stale
 from autotune.finalists import FINAL_LAUNCHES
 from autotune.isolation import Isolated
 from autotune.measure import device_info, measure, versions
@@ -33,12 +33,11 @@ def stale_rows(cache: Cache, device: str, dtype: str | None = None, shipped: boo
     cached = cache.rows(device, dtype)
     found = [r for r in cached if stale(r, hashes)]
     if shipped:
-        current = {(r["dtype"], r["m"], r["n"], r["k"]) for r in cached if not stale(r, hashes)}
-        found += [r for r in records.shipped_rows(device, dtype)
-                  if stale(r, hashes) and (r["dtype"], r["m"], r["n"], r["k"]) not in current]
+        current = {row_key(r) for r in cached if not stale(r, hashes)}
+        found += [r for r in records.shipped_rows(device, dtype) if stale(r, hashes) and row_key(r) not in current]
     distinct = {}
     for row in found:  # a config stale in the cache and in the records is measured once
-        distinct.setdefault((row["dtype"], row["m"], row["n"], row["k"], Config.of(row["family"], row["params"])), row)
+        distinct.setdefault((row_key(row), Config.of(row["family"], row["params"])), row)
     return list(distinct.values())
 
 
@@ -57,8 +56,9 @@ def retime_stale(cache: Cache | None = None, dtype: str | None = None, shipped: 
                 progress(row)
             shape = (row["m"], row["n"], row["k"])
             try:
-                result = measurer(kernels.build(row["family"], row["params"], row["dtype"]), *shape, rng,
-                                  repeat=FINAL_LAUNCHES, lock=str(cache.path.parent / "measure.lock"))
+                kernel = kernels.build(row["family"], row["params"], row["dtype"], row["layout"],
+                                       kernels.offset_bits_for(*shape))
+                result = measurer(kernel, *shape, rng, repeat=FINAL_LAUNCHES, lock=str(cache.path.parent / "measure.lock"))
             except Exception as error:  # the config no longer builds or runs on today's code
                 done.append(Retimed(row, None, f"{type(error).__name__}: {error}"))
                 continue

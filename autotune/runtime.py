@@ -6,9 +6,11 @@ for this dtype, ranked in this order (the first that fits wins):
   2. nearest  a row for the tuned shape closest by autotune.cache.shape_distance (log2 scale;
               doubling one dimension = 1) within NEAREST_MAX_DISTANCE
   3. default  the register family's DEFAULT config
-Within steps 1 and 2 rows are ranked by the GPU they were measured on: this GPU model, then one of
-the same compute capability and SM count, then one of the same compute capability (rows of other
-architectures are never used); then the faster (exact) or the closer (nearest) row. A row
+Within steps 1 and 2 rows are ranked by the layout they were tuned for (`layout_rank`: a row of
+the layout asked, then an NN row, whose config serves every layout, built for the one asked; rows
+of other layouts are not used), then by the GPU they were measured on: this GPU model, then one
+of the same compute capability and SM count, then one of the same compute capability (rows of
+other architectures are never used); then the faster (exact) or the closer (nearest) row. A row
 measured on other kernel code than today's (its source hash differs) is stale: it is used only
 when no fresh row fits at steps 1 and 2, with a one-time warning to re-tune.
 Lookups and built kernels are memoized per process; call `clear()` after tuning in-process.
@@ -27,9 +29,9 @@ import kernels
 from autotune import backends, records
 from autotune.backends import Device
 from autotune.cache import Cache, CacheError, shape_distance, stale
-from autotune.operands import OperandError, check_arrays, check_elements, check_shapes
+from autotune.operands import OperandError, arrays_layout, check_shapes, offset_bits
 from autotune.space import DEFAULT_FAMILY, DeviceLimits, default_config, infeasibility
-from kernels import DTYPES, Config, GridTooLarge, Kernel
+from kernels import DTYPES, LAYOUTS, Config, Kernel
 
 NEAREST_MAX_DISTANCE = 3.0  # e.g. 8x along one dimension, or 2x along all three
 #: how closely the GPU a row was measured on matches this one, best first
@@ -49,16 +51,18 @@ class Choice:
     measured_on: str | None = None  # the GPU model the row was measured on
     gpu_match: str | None = None  # one of GPU_MATCHES
     stale: bool = False  # measured on other kernel code than today's
+    tuned_layout: str | None = None  # the layout the row was tuned for (kernels.LAYOUTS)
 
 
 @dataclass(frozen=True)
 class _Plan:
-    """What a device-array call of a given (A.shape, B.shape, dtypes) needs, validated once."""
+    """What a device-array call of a given (A.shape, B.shape, dtypes, layout) needs, validated once."""
 
     shape: tuple[int, int]  # of C
     dtype: np.dtype
     launch: Callable  # the configured kernel: launch(A, B, C) on the default stream
     kernel: Kernel
+    layout: str
 
 
 _choices: dict[tuple, Choice] = {}
@@ -80,33 +84,35 @@ def clear() -> None:
     _this_gpu.cache_clear()
 
 
-def lookup(m: int, n: int, k: int, dtype: str = "float32", device: Device | None = None) -> Choice:
+def lookup(m: int, n: int, k: int, dtype: str = "float32", device: Device | None = None, layout: str = "NN") -> Choice:
     """The config `matmul` uses for an (M x K) @ (K x N) product of `dtype` on `device` (default:
-    the current GPU), and where it came from."""
+    the current GPU) with operands in `layout` (kernels.LAYOUTS), and where it came from."""
     device = device or _this_gpu()
-    key = (m, n, k, dtype, device)
+    key = (m, n, k, dtype, device, layout)
     choice = _choices.get(key)
     if choice is None:
-        choice = _choices[key] = _find(m, n, k, dtype, device)
+        choice = _choices[key] = _find(m, n, k, dtype, device, layout)
     return choice
 
 
-def _find(m: int, n: int, k: int, dtype: str, device: Device) -> Choice:
+def _find(m: int, n: int, k: int, dtype: str, device: Device, layout: str = "NN") -> Choice:
     if dtype not in DTYPES:
         raise OperandError(f"unsupported dtype {dtype}; supported: {', '.join(DTYPES)}")
+    if layout not in LAYOUTS:
+        raise OperandError(f"unknown layout {layout}; known: {', '.join(LAYOUTS)}")
     if dtype not in _shipped:
         _shipped[dtype] = records.shipped_rows(dtype=dtype)
     candidates = [("cache", row) for row in _cached_rows(dtype)] + [("shipped", row) for row in _shipped[dtype]]
     hashes = kernels.source_hashes()
     ranked = []
     for origin, row in candidates:
-        match = gpu_match(row, device)
-        if match is None or not _usable(row, dtype):
+        match, served = gpu_match(row, device), layout_rank(row, layout)
+        if match is None or served is None or not _usable(row, dtype):
             continue
         distance = shape_distance((m, n, k), (row["m"], row["n"], row["k"]))
         if distance <= NEAREST_MAX_DISTANCE:
             is_stale = stale(row, hashes)
-            order = (is_stale, distance > 0, match, distance, -row["gflops"], origin != "cache")
+            order = (is_stale, distance > 0, served, match, distance, -row["gflops"], origin != "cache")
             ranked.append((order, origin, row, match, distance, is_stale))
     if not ranked:
         return Choice(DEFAULT_FAMILY, default_config(DEFAULT_FAMILY), "default", device.name)
@@ -119,7 +125,17 @@ def _find(m: int, n: int, k: int, dtype: str, device: Device) -> Choice:
     return Choice(
         row["family"], row["params"], "exact" if distance == 0 else "nearest", device.name,
         (row["m"], row["n"], row["k"]), distance, row["gflops"], origin, row["device"], GPU_MATCHES[match], is_stale,
+        row.get("layout") or "NN",
     )
+
+
+def layout_rank(row: dict, layout: str) -> int | None:
+    """0 for a row tuned for `layout`, 1 for an NN row serving another layout (the transfer rule:
+    a config tuned for NN is built for the layout asked), None for a row of another layout."""
+    tuned = row.get("layout") or "NN"
+    if tuned == layout:
+        return 0
+    return 1 if tuned == "NN" else None
 
 
 def gpu_match(row: dict, device: Device) -> int | None:
@@ -164,26 +180,28 @@ def _usable(row: dict, dtype: str) -> bool:
     return reason is None
 
 
-def kernel_for(choice: Choice, dtype: str) -> Kernel:
-    key = (Config.of(choice.family, choice.config), dtype)
+def kernel_for(choice: Choice, dtype: str, layout: str = "NN", offset_bits: int = 32) -> Kernel:
+    key = (Config.of(choice.family, choice.config), dtype, layout, offset_bits)
     kernel = _kernels.get(key)
     if kernel is None:
-        kernel = _kernels[key] = kernels.build(choice.family, choice.config, dtype)
+        kernel = _kernels[key] = kernels.build(choice.family, choice.config, dtype, layout, offset_bits)
     return kernel
 
 
 def matmul(A, B, out=None, stream=None):
     """C = A @ B through Numba's dispatcher (autotune.calls.matmul sends the simulator, NumPy
     operands and MMTUNE_LAUNCH=numba here). A and B: NumPy arrays (copied to the GPU and back),
-    or device arrays (Numba, or anything with __cuda_array_interface__ such as CuPy and PyTorch),
-    used in place, launched on `stream` (a raw handle or a Numba stream; default: the default
-    stream). Returns the same kind as A; `out`, if given, receives C and is returned."""
+    or device arrays (Numba, or anything with __cuda_array_interface__ such as CuPy and PyTorch;
+    each C-contiguous or the transpose of a C-contiguous array), used in place, launched on
+    `stream` (a raw handle or a Numba stream; default: the default stream). Returns the same kind
+    as A; `out`, if given, receives C and is returned."""
     if isinstance(A, np.ndarray) or isinstance(B, np.ndarray):
         if not (isinstance(A, np.ndarray) and isinstance(B, np.ndarray)):
             raise OperandError("A and B must both be NumPy arrays or both be device arrays")
         return _host_matmul(A, B, out)
     dA, dB = _device_view(A, "A"), _device_view(B, "B")
-    key = (dA.shape, dB.shape, dA.dtype, dB.dtype)
+    key = (dA.shape, dB.shape, dA.dtype, dB.dtype, dA.is_c_contiguous(), dB.is_c_contiguous(), dA.is_f_contiguous(),
+           dB.is_f_contiguous())
     plan = _plans.get(key)
     if plan is None:
         plan = _plans[key] = _plan(dA, dB)
@@ -192,12 +210,13 @@ def matmul(A, B, out=None, stream=None):
     dC = _device_view(out, "out")
     if dC.shape != plan.shape or dC.dtype != plan.dtype:
         raise OperandError(f"out must be a {plan.shape[0]}x{plan.shape[1]} device array of {plan.dtype}")
-    if not (dA.is_c_contiguous() and dB.is_c_contiguous() and dC.is_c_contiguous()):
-        check_arrays(dA, dB, dC, plan.dtype.name)  # names the culprit
+    if not dC.is_c_contiguous():
+        raise OperandError("C is not C-contiguous; pass a C-contiguous out")
+    a, b = (dA.T if plan.layout[0] == "T" else dA), (dB.T if plan.layout[1] == "T" else dB)  # as stored
     if stream:
-        plan.kernel.launcher(*plan.shape, _numba_stream(stream))(dA, dB, dC)
+        plan.kernel.launcher(*plan.shape, _numba_stream(stream))(a, b, dC)
     else:
-        plan.launch(dA, dB, dC)
+        plan.launch(a, b, dC)
     return out
 
 
@@ -214,29 +233,25 @@ def _numba_stream(stream):
 
 
 def _plan(dA, dB) -> _Plan:
+    """The kernel for these operands' shapes, dtype and layout: a transposed C-contiguous view
+    ("T", F-contiguous in Numba's terms) is passed as the array it transposes."""
     m, n, k, dtype = check_shapes(dA, dB)
-    check_elements(m, n, k)
-    kernel = kernel_for(lookup(m, n, k, dtype), dtype)
-    try:
-        return _Plan((m, n), np.dtype(dtype), kernel.launcher(m, n), kernel)
-    except GridTooLarge as error:
-        raise OperandError(str(error)) from None
+    layout = arrays_layout(dA, dB)
+    bits = offset_bits(m, n, k)
+    kernel = kernel_for(lookup(m, n, k, dtype, layout=layout), dtype, layout, bits)
+    return _Plan((m, n), np.dtype(dtype), kernel.launcher(m, n), kernel, layout)
 
 
 def _host_matmul(A: np.ndarray, B: np.ndarray, out):
+    """NumPy operands of any layout are copied C-contiguous to the GPU: the NN kernel."""
     m, n, k, dtype = check_shapes(A, B)
-    check_elements(m, n, k)
     if out is not None and (not isinstance(out, np.ndarray) or out.shape != (m, n) or out.dtype != A.dtype):
         raise OperandError(f"out must be a {m}x{n} NumPy array of {dtype}")
     require_device_memory((m * k + k * n + m * n) * A.dtype.itemsize)
     backend = backends.current()
     dC = backend.empty((m, n), A.dtype)
-    kernel = kernel_for(lookup(m, n, k, dtype), dtype)
-    try:
-        launch = kernel.launcher(m, n)
-    except GridTooLarge as error:
-        raise OperandError(str(error)) from None
-    launch(backend.to_device(np.ascontiguousarray(A)), backend.to_device(np.ascontiguousarray(B)), dC)
+    kernel = kernel_for(lookup(m, n, k, dtype), dtype, "NN", offset_bits(m, n, k))
+    kernel.launcher(m, n)(backend.to_device(np.ascontiguousarray(A)), backend.to_device(np.ascontiguousarray(B)), dC)
     if out is None:
         return dC.copy_to_host()
     if out.flags.c_contiguous:

@@ -4,15 +4,16 @@ An entry is one file, `<key>.cubin`: MAGIC, a 4-byte header length, a JSON heade
 The header says all a launch needs (entry name, block, tile, splits, shared bytes, argument
 layout), so loading an entry needs cuda.bindings and neither numba nor the kernel modules (both
 import numba, which costs more than the whole launch). The key hashes everything that changes
-the binary: family, config, argument layout, offset width, dtype, target architecture, the
-kernel sources, and the numba-cuda, NVVM and nvJitLink versions (launch bounds follow from the
-config and the sources). Entries are written atomically (a temporary file renamed over); one
-that is truncated, corrupt or holds another key reads as missing and is rebuilt.
+the binary: family, config, operand layout (kernels.LAYOUTS), offset width, the arguments' form,
+dtype, target architecture, the kernel sources, and the numba-cuda, NVVM and nvJitLink versions
+(launch bounds follow from the config and the sources). Entries are written atomically (a
+temporary file renamed over); one that is truncated, corrupt or holds another key reads as
+missing and is rebuilt.
 
 The source part of the key is a hash of the files of the `kernels` package, found without
 importing it and memoized by (name, mtime, size) in `sources.json`, so a load hashes nothing.
 
-`shapes/` remembers, per (GPU model, dtype, shape), which config `lookup` chose, stamped with
+`shapes/` remembers, per (GPU model, dtype, shape, layout), which config `lookup` chose, stamped with
 the cache file's mtime and size: a fresh process whose cache has not changed since finds its
 kernel without asking `lookup` (which imports numba). A changed cache makes it ask again.
 
@@ -32,13 +33,13 @@ from importlib.metadata import PackageNotFoundError, version
 from importlib.util import find_spec
 from pathlib import Path
 
+from autotune.operands import offset_bits
 from autotune.paths import store_directory, write_atomically
 
 FORMAT = 1
 MAGIC = b"MMTUNE-CUBIN\n"
 #: the arguments every family's kernel takes: A, B, C as C-contiguous 2-D arrays (9 words each)
-LAYOUT = {"arrays": 3, "ndim": 2, "order": "C", "words_per_array": 9, "word_bytes": 8}
-OFFSET_BITS = 32
+ARGUMENTS = {"arrays": 3, "ndim": 2, "order": "C", "words_per_array": 9, "word_bytes": 8}
 TOOLCHAIN_PACKAGES = {"numba_cuda": "numba-cuda", "nvvm": "nvidia-nvvm", "nvjitlink": "nvidia-nvjitlink"}
 
 
@@ -107,10 +108,12 @@ def source_hash(root: Path | None = None) -> str:
     return hashlib.sha256("\n".join(digests).encode()).hexdigest()[:16]
 
 
-def key_parts(family: str, config: dict, dtype: str, cc: tuple[int, int], root: Path | None = None) -> dict:
+def key_parts(family: str, config: dict, dtype: str, cc: tuple[int, int], root: Path | None = None,
+              layout: str = "NN", offset_bits: int = 32) -> dict:
     return {
         "format": FORMAT, "family": family, "config": json.dumps(config, sort_keys=True), "dtype": dtype,
-        "layout": LAYOUT, "offset_bits": OFFSET_BITS, "arch": arch(cc), "source": source_hash(root), **toolchain(),
+        "layout": layout, "offset_bits": offset_bits, "arguments": ARGUMENTS, "arch": arch(cc),
+        "source": source_hash(root), **toolchain(),
     }
 
 
@@ -192,26 +195,27 @@ def write(entry: Entry, root: Path | None = None) -> Path:
     return path
 
 
-def build(family: str, config: dict, dtype: str, cc: tuple[int, int], root: Path | None = None) -> Entry:
+def build(family: str, config: dict, dtype: str, cc: tuple[int, int], root: Path | None = None,
+          layout: str = "NN", offset_bits: int = 32) -> Entry:
     """Compile (no GPU needed: NVVM, then nvJitLink) and describe one kernel; imports numba."""
     import kernels
     from kernels.resources import link, parse_report, ptx
 
-    parts = key_parts(family, config, dtype, cc, root)
-    kernel = kernels.build(family, config, dtype)
+    parts = key_parts(family, config, dtype, cc, root, layout, offset_bits)
+    kernel = kernels.build(family, config, dtype, layout, offset_bits)
     try:
         text = ptx(kernel, cc)
         cubin, log = link(text, cc, family)
     except Exception as error:  # NVVM, nvJitLink and Numba's typing raise many kinds
         raise StoreError(f"{family} {parts['config']} does not compile for {arch(cc)}: {error}") from None
     name, params = entry_parameters(text)
-    words = LAYOUT["arrays"] * LAYOUT["words_per_array"]
+    words = ARGUMENTS["arrays"] * ARGUMENTS["words_per_array"]
     if len(params) != words or any(p != ".u64" for p in params):
-        raise StoreError(f"{family} kernel takes parameters {params}, not the {words} 8-byte words of {LAYOUT}")
+        raise StoreError(f"{family} kernel takes parameters {params}, not the {words} 8-byte words of {ARGUMENTS}")
     resources = parse_report(log, cc)
     header = {
         "parts": parts, "entry": name, "block": list(kernel.block), "tile": list(kernel.tile),
-        "splits": kernel.splits, "launch_bounds": list(kernel.launch_bounds), "dynamic_shared": 0,
+        "splits": kernel.splits, "launch_bounds": list(kernel.launch_bounds), "dynamic_shared": kernel.dynamic_shared,
         "static_shared": resources.shared_bytes, "registers": resources.registers,
         "cubin_sha256": hashlib.sha256(cubin).hexdigest(),
     }
@@ -226,11 +230,12 @@ def entry_parameters(ptx_text: str) -> tuple[str, list[str]]:
     return match.group(1), re.findall(r"\.param\s+(\.\w+)", match.group(2))
 
 
-def get(family: str, config: dict, dtype: str, cc: tuple[int, int], root: Path | None = None) -> Entry:
+def get(family: str, config: dict, dtype: str, cc: tuple[int, int], root: Path | None = None,
+        layout: str = "NN", offset_bits: int = 32) -> Entry:
     """The stored entry, built and stored first if missing, corrupt or foreign."""
-    entry = read(key_parts(family, config, dtype, cc, root), root)
+    entry = read(key_parts(family, config, dtype, cc, root, layout, offset_bits), root)
     if entry is None:
-        entry = build(family, config, dtype, cc, root)
+        entry = build(family, config, dtype, cc, root, layout, offset_bits)
         try:
             write(entry, root)
         except OSError as error:
@@ -239,12 +244,13 @@ def get(family: str, config: dict, dtype: str, cc: tuple[int, int], root: Path |
 
 
 def keep(row: dict, root: Path | None = None) -> Entry | None:
-    """Store the kernel of a cache row (a tuned winner) for its GPU's architecture, and remember
-    it for its shape. None for rows with no architecture (the simulator's)."""
+    """Store the kernel of a cache row (a tuned winner) for its GPU's architecture and layout, and
+    remember it for its shape. None for rows with no architecture (the simulator's)."""
     if not row.get("cc"):
         return None
-    entry = get(row["family"], row["params"], row["dtype"], parse_arch(row["cc"]), root)
-    remember(row["device"], row["dtype"], (row["m"], row["n"], row["k"]), row["family"], row["params"], root)
+    shape, layout = (row["m"], row["n"], row["k"]), row.get("layout") or "NN"
+    entry = get(row["family"], row["params"], row["dtype"], parse_arch(row["cc"]), root, layout, offset_bits(*shape))
+    remember(row["device"], row["dtype"], shape, row["family"], row["params"], root, layout=layout)
     return entry
 
 
@@ -272,7 +278,7 @@ def warm(cc: tuple[int, int], root: Path | None = None) -> list[Warmed]:
     hashes = kernels.source_hashes()
     rows = {}
     for row in shipped_rows(None, None) + cached:
-        key = (row["device"], row["dtype"], row["m"], row["n"], row["k"])
+        key = (row["device"], row["dtype"], row["m"], row["n"], row["k"], row.get("layout") or "NN")
         if row.get("cc") == wanted and (key not in rows or replaces(row, rows[key], hashes)):
             rows[key] = row
     done = []
@@ -303,25 +309,27 @@ def cache_stamp() -> list | None:
     return stamp if stamp[0] else None
 
 
-def _shape_path(device: str, dtype: str, shape: tuple[int, int, int], root: Path | None) -> Path:
-    name = hashlib.sha256(json.dumps([device, dtype, list(shape)]).encode()).hexdigest()[:32]
+def _shape_path(device: str, dtype: str, shape: tuple[int, int, int], root: Path | None, layout: str) -> Path:
+    name = hashlib.sha256(json.dumps([device, dtype, list(shape), layout]).encode()).hexdigest()[:32]
     return (root or directory()) / "shapes" / f"{name}.json"
 
 
 def remember(device: str, dtype: str, shape: tuple[int, int, int], family: str, config: dict,
-             root: Path | None = None, stamp: list | None = None) -> None:
-    """Remember the config of a shape, valid while the cache stays as `stamp` (taken before the
-    config was looked up; default now)."""
-    record = {"device": device, "dtype": dtype, "shape": list(shape), "family": family, "config": config,
-              "cache": cache_stamp() if stamp is None else stamp}
-    write_atomically(_shape_path(device, dtype, shape, root), json.dumps(record).encode())
+             root: Path | None = None, stamp: list | None = None, layout: str = "NN") -> None:
+    """Remember the config of a shape in a layout, valid while the cache stays as `stamp` (taken
+    before the config was looked up; default now)."""
+    record = {"device": device, "dtype": dtype, "shape": list(shape), "layout": layout, "family": family,
+              "config": config, "cache": cache_stamp() if stamp is None else stamp}
+    write_atomically(_shape_path(device, dtype, shape, root, layout), json.dumps(record).encode())
 
 
-def recall(device: str, dtype: str, shape: tuple[int, int, int], root: Path | None = None) -> tuple[str, dict] | None:
-    """(family, config) remembered for this shape while the cache file stayed as it was, else None."""
+def recall(device: str, dtype: str, shape: tuple[int, int, int], root: Path | None = None,
+           layout: str = "NN") -> tuple[str, dict] | None:
+    """(family, config) remembered for this shape and layout while the cache file stayed as it
+    was, else None."""
     try:
-        record = json.loads(_shape_path(device, dtype, shape, root).read_text())
-        same = [record["device"], record["dtype"], record["shape"]] == [device, dtype, list(shape)]
+        record = json.loads(_shape_path(device, dtype, shape, root, layout).read_text())
+        same = [record["device"], record["dtype"], record["shape"], record["layout"]] == [device, dtype, list(shape), layout]
         if same and record["cache"] == cache_stamp() and isinstance(record["config"], dict):
             return record["family"], record["config"]
     except (OSError, ValueError, KeyError, TypeError):

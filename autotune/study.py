@@ -28,8 +28,9 @@ class SpaceMismatch(ValueError):
     """The study was searched over another space than the one asked for."""
 
 
-def study_name(device: str, dtype: str, m: int, n: int, k: int) -> str:
-    return f"mmtune:{device}:{dtype}:{m}x{n}x{k}"
+def study_name(device: str, dtype: str, m: int, n: int, k: int, layout: str = "NN") -> str:
+    """mmtune:DEVICE:DTYPE:MxNxK, and :LAYOUT after it for operands in another layout than NN."""
+    return f"mmtune:{device}:{dtype}:{m}x{n}x{k}" + ("" if layout == "NN" else f":{layout}")
 
 
 def open_study(storage, spec: str, name: str, sampler, cache: Cache, device: str, dtype: str, shape, families,

@@ -63,6 +63,9 @@ class TuneRequest:
     jobs: int = field(default_factory=default_jobs)
     trial_timeout: float = 300.0
     gpus: list[int] | None = None
+    #: how A and B are stored (kernels.LAYOUTS): "TN" tunes for A passed as the transpose of a
+    #: C-contiguous K x M array
+    layout: str = "NN"
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -81,6 +84,8 @@ class TuneRequest:
             raise TuneError(f"--gpus needs distinct GPU indices, got {self.gpus}")
         if self.trial_timeout <= 0:
             raise TuneError("--trial-timeout must be positive")
+        if self.layout not in kernels.LAYOUTS:
+            raise TuneError(f"unknown layout {self.layout!r}; known: {', '.join(kernels.LAYOUTS)}")
         unknown = [f for f in self.families if f not in FAMILY_NAMES]
         if unknown:
             raise TuneError(f"unknown kernel family {unknown[0]!r}; known: {', '.join(FAMILY_NAMES)}")
@@ -100,7 +105,7 @@ class TuneResult:
 
 def tune(request: TuneRequest, measurer: Measurer | None = None, cache_path: Path | str | None = None,
          show_progress: bool = True) -> TuneResult:
-    """Run or resume the study for (this device, dtype, M, N, K) until it holds `trials` measured
+    """Run or resume the study for (this device, dtype, M, N, K, layout) until it holds `trials` measured
     trials (or `timeout` seconds pass), then re-time the best and write the winner to the cache.
     With jobs > 1, that many worker processes share the study and the GPU: they compile in
     parallel and measure one at a time. With `gpus`, `jobs` workers run on each of those GPUs (of
@@ -119,7 +124,7 @@ def _tune(request: TuneRequest, measurer: Measurer | None, cache_path: Path | st
     measurer = measurer or Isolated(measure, request.trial_timeout)
     device, limits, cache = device_info(), device_limits(), Cache(cache_path)
     spec = storage_spec(request.storage, cache)
-    name = study_name(device["device"], request.dtype, *request.shape)
+    name = study_name(device["device"], request.dtype, *request.shape, request.layout)
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # failed trials are reported by us
     try:
@@ -138,8 +143,8 @@ def _tune(request: TuneRequest, measurer: Measurer | None, cache_path: Path | st
                     getattr(measurer, "start", lambda: None)()  # ready for the finalists when the workers end
                 _search(request, study, measurer, limits, cache.path.parent, name, spec, goal, progress)
             finalists.retime(study, measurer, request.shape, request.dtype, request.seed, progress.retiming,
-                             lock=str(cache.path.parent / "measure.lock"))
-        row = finalists.winner_row(study, request.shape, request.dtype, device)
+                             lock=str(cache.path.parent / "measure.lock"), layout=request.layout)
+        row = finalists.winner_row(study, request.shape, request.dtype, device, request.layout)
     finally:
         optuna.logging.set_verbosity(verbosity)
         close_measurer(measurer)
@@ -150,7 +155,7 @@ def _tune(request: TuneRequest, measurer: Measurer | None, cache_path: Path | st
         hashes = kernels.source_hashes()
         offer_winner(study, row, spec, cache.path.parent, hashes)
         written = cache.record(row, hashes)
-        _keep_kernel(cache.get(row["device"], request.dtype, *request.shape) or row)
+        _keep_kernel(cache.get(row["device"], request.dtype, *request.shape, request.layout) or row)
     return TuneResult(
         row=row, written=written, study_name=name, storage=masked(spec), trials=len(measured),
         new_trials=len(measured) - before, failed=sum(t.state == optuna.trial.TrialState.FAIL for t in measured),
@@ -171,7 +176,8 @@ def _keep_kernel(row: dict) -> None:
 
 def _search(request: TuneRequest, study, measurer, limits, lock_dir: Path, name: str, spec: str, goal: int,
             progress: Progress) -> None:
-    search = Search(request.shape, request.dtype, request.families, request.seed, limits, measurer, None)
+    search = Search(request.shape, request.dtype, request.families, request.seed, limits, measurer, None,
+                    request.layout)
     if request.jobs == 1 and not request.gpus:
         search.run(study, goal, request.timeout, [progress.update])
         return

@@ -48,6 +48,7 @@ class Search:
     limits: object  # DeviceLimits
     measurer: Measurer
     lock: str | None  # a file to lock while measuring, when several processes share the GPU
+    layout: str = "NN"  # of the operands (kernels.LAYOUTS)
 
     def objective(self, study: optuna.Study, goal: int):
         def objective(trial: optuna.Trial) -> float:
@@ -69,7 +70,8 @@ class Search:
                     raise TrialFailed(earlier.user_attrs.get("error", "failed before"))
                 return earlier.value
             rng = np.random.default_rng([self.seed or 0, trial.number])
-            kernel = kernels.build(config.family, config.params, self.dtype)
+            kernel = kernels.build(config.family, config.params, self.dtype, self.layout,
+                                   kernels.offset_bits_for(*self.shape))
             trial.set_user_attr(MEASURING, True)
             return _measure_trial(trial, self.measurer, kernel, self.shape, rng, self.lock)
 

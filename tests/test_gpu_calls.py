@@ -207,3 +207,57 @@ def test_the_numba_fallback_uses_the_callers_stream_too(rng, monkeypatch):
     torch.cuda.synchronize()
     assert calls.backend() == "numba"
     assert_exact(D, A, B, "float32")
+
+
+# Layouts, grids and offsets (issue 19 items 3 and 4) ----------------------------------------
+
+def views(m, n, k, layout, rng, dtype="float32"):
+    """A and B on the GPU as `layout` says ("T": the `.T` view of a contiguous tensor, no copy),
+    and the NumPy logical operands for the reference."""
+    A, B = random_inputs(m, n, k, dtype, rng, layout)
+    tA = torch.from_numpy(np.ascontiguousarray(A.T)).cuda().T if layout[0] == "T" else torch.from_numpy(A).cuda()
+    tB = torch.from_numpy(np.ascontiguousarray(B.T)).cuda().T if layout[1] == "T" else torch.from_numpy(B).cuda()
+    return A, B, tA, tB
+
+
+@pytest.mark.parametrize("layout", kernels.LAYOUTS)
+@pytest.mark.parametrize("shape", [(256, 256, 256), (1023, 1025, 999), (65, 33, 17)])
+def test_transposed_torch_views_run_in_place_and_exactly(layout, shape, rng):
+    A, B, tA, tB = views(*shape, layout, rng)
+    assert tA.is_contiguous() == (layout[0] == "N") and tB.is_contiguous() == (layout[1] == "N")
+    C = calls.matmul(tA, tB)
+    assert (calls.backend(), next(iter(calls._plans.values())).layout) == ("driver", layout)
+    assert_exact(C, A, B, "float32")
+    expected = torch.matmul(tA.double(), tB.double())
+    assert torch.linalg.norm(C.double() - expected) / torch.linalg.norm(expected) <= error_bound("float32", shape[2])
+
+
+def sampled_error(C, tA, tB, rows: int = 64) -> float:
+    """Relative error of a sample of C's rows against float64 (a full reference would not fit)."""
+    pick = torch.linspace(0, tA.shape[0] - 1, min(rows, tA.shape[0]), device=tA.device).long()
+    ref = tA[pick].double() @ tB.double()
+    return float(torch.linalg.norm(C[pick].double() - ref) / torch.linalg.norm(ref))
+
+
+@pytest.mark.parametrize("m,n,k", [(5_000_000, 16, 16), (16, 5_000_000, 16)], ids=["tall", "wide"])
+def test_tall_and_wide_products_run(m, n, k):
+    tA, tB = torch.randn(m, k, device="cuda:0"), torch.randn(k, n, device="cuda:0")
+    C = calls.matmul(tA, tB)
+    torch.cuda.synchronize()
+    assert sampled_error(C, tA, tB) <= error_bound("float32", k)
+
+
+def test_an_operand_past_2_32_elements_gets_64_bit_offsets():
+    """C of 65536 x 65537 (4.3e9 elements, 17 GB of float32) came back wrong with 32-bit offsets."""
+    m, n, k = 65536, 65537, 16
+    tA, tB = torch.randn(m, k, device="cuda:0"), torch.randn(k, n, device="cuda:0")
+    C = calls.matmul(tA, tB)
+    torch.cuda.synchronize()
+    call = next(iter(calls._plans.values()))
+    parts = store.key_parts(call.family, call.config, "float32", torch.cuda.get_device_capability(0), None, "NN", 64)
+    assert store.entry_key(parts) in calls._loaded  # the 64-bit kernel was built and launched
+    assert sampled_error(C, tA, tB) <= error_bound("float32", k)
+    ref = tA[-8:].double() @ tB[:, -8:].double()  # C's last elements: past 2**32 from its start
+    assert float(torch.linalg.norm(C[-8:, -8:].double() - ref) / torch.linalg.norm(ref)) <= error_bound("float32", k)
+    del C
+    torch.cuda.empty_cache()
