@@ -64,6 +64,7 @@ print(' '.join(s for a in sys.argv[1:] for s in (found[a] if a in found else [a]
   peers)
     for suite in "$@"; do
       mkdir -p "$out/$suite"
+      [ -f "$out/cache.db" ] && cp "$out/cache.db" "$out/$suite/cache.db"  # the tune part's rows, if any
       start=$(date +%s)
       MMTUNE_CACHE="$out/$suite/cache.db" timeout "${SUITE_SECONDS:-300}" python3 -m autotune bench --peers \
         --shapes "$suite" --out "$out/$suite" 2>&1 | quiet | tee "$out/$suite.txt"
