@@ -200,15 +200,10 @@ def _part_copier(rows: int, cols: int, threads: int, width: int, transposed: boo
                  offset_bits: int = 32):
     """A device function copying this thread's share of the rows x cols tile of a matrix at
     (row0, col0) into a shared tile, grouped as in `_part_fetcher`; with `transposed`, element
-    (r, c) of the tile goes to (c, r), and a warp's 32 elements are a 4-row x 8-column block:
-    four 32-byte segments of memory, stored to (8 rows of 4 adjacent words) of the shared tile, in
-    32 distinct banks when its rows are 4 words longer than a multiple of 32. (A warp along one
-    row would store one column of the shared tile, up to 32 times on one bank.)"""
+    (r, c) of the tile goes to (c, r)."""
     GROUPS, ROW_GROUPS, LOADS, EVEN = _share(rows, cols, threads, width)
     COLS, ROWS, THREADS, WIDTH = cols, rows, threads, width
     TRANSPOSED, CHECKED = transposed, checked
-    BLOCKED = transposed and width == 1 and rows % 4 == 0 and cols % 8 == 0
-    BLOCK_COLS = cols // 8
     wide_copy, element_copy = async_copy(width, offset_bits), async_copy(1, offset_bits)
     aligned = rows_aligned(width)
 
@@ -227,11 +222,7 @@ def _part_copier(rows: int, cols: int, threads: int, width: int, transposed: boo
         for i in range(LOADS):
             group = tid + i * THREADS
             if EVEN or group < GROUPS:
-                if BLOCKED:
-                    block, lane = group // 32, group % 32
-                    tile_row, tile_col = block // BLOCK_COLS * 4 + lane % 4, block % BLOCK_COLS * 8 + lane // 4
-                else:
-                    tile_row, tile_col = group // ROW_GROUPS, group % ROW_GROUPS * WIDTH
+                tile_row, tile_col = group // ROW_GROUPS, group % ROW_GROUPS * WIDTH
                 r, c = row0 + tile_row, col0 + tile_col
                 if wide:
                     wide_copy(tile, (tile_row, tile_col), X, (r, c), True)
