@@ -74,20 +74,21 @@ def _driver_wanted() -> bool:
     return launch.driver_available()
 
 
-def matmul(A, B, out=None, stream=None):
+def matmul(A, B, out=None, stream=None, deterministic=False):
     """C = A @ B with the tuned kernel. A and B: NumPy arrays (copied to the GPU and back), or
     device arrays (PyTorch, CuPy, Numba, or anything with __cuda_array_interface__ or
     __dlpack__), used in place and launched on the caller's current stream or on `stream`.
-    Returns the same kind as A; `out`, if given, receives C and is returned."""
+    Returns the same kind as A; `out`, if given, receives C and is returned. With
+    `deterministic`, a kernel that does not split K: the same operands give the same bits."""
     found_a, found_b = _readers.get(type(A)), _readers.get(type(B))
     if found_a is None or found_b is None:
-        return _first_sight(A, B, out, stream)
+        return _first_sight(A, B, out, stream, deterministic)
     kind, read = found_a
     a, b = read(A), found_b[1](B)
-    key = (a.shape, b.shape, a.strides, b.strides, a.dtype, b.dtype, a.device, b.device)
+    key = (a.shape, b.shape, a.strides, b.strides, a.dtype, b.dtype, a.device, b.device, deterministic)
     call = _plans.get(key)
     if call is None:
-        call = _build(key, kind, a, b, stream)
+        call = _build(key, kind, a, b, stream, deterministic)
     if out is None:
         out, c = _empty(kind, A, call)
     else:
@@ -124,7 +125,7 @@ def _register(x, name: str):
     return found
 
 
-def _first_sight(A, B, out, stream):
+def _first_sight(A, B, out, stream, deterministic):
     """A call with an operand type not seen before: NumPy, the simulator and the Numba fallback
     go to autotune.runtime; on the driver path the types' readers are registered."""
     if isinstance(A, np.ndarray) or isinstance(B, np.ndarray) or backend() == "numba":
@@ -132,10 +133,10 @@ def _first_sight(A, B, out, stream):
 
         if stream is None and not isinstance(A, np.ndarray) and not backends.simulated():
             stream = _caller_stream(A)
-        return runtime.matmul(A, B, out, stream)
+        return runtime.matmul(A, B, out, stream, deterministic)
     _register(A, "A")
     _register(B, "B")
-    return matmul(A, B, out, stream)
+    return matmul(A, B, out, stream, deterministic)
 
 
 def _caller_stream(A) -> int:
@@ -146,7 +147,7 @@ def _caller_stream(A) -> int:
     return 0
 
 
-def _build(key: tuple, kind: str, a: Operand, b: Operand, stream) -> CallPlan:
+def _build(key: tuple, kind: str, a: Operand, b: Operand, stream, deterministic: bool) -> CallPlan:
     m, n, k, dtype, layout = check_product(a, b)
     with _build_lock:
         call = _plans.get(key)
@@ -155,20 +156,21 @@ def _build(key: tuple, kind: str, a: Operand, b: Operand, stream) -> CallPlan:
         device = launch.device(a.device)
         previous = device.enter()
         try:
-            plan, family, config = _plan(device, kind, a, stream, m, n, k, dtype, layout)
+            plan, family, config = _plan(device, kind, a, stream, m, n, k, dtype, layout, deterministic)
         finally:
             device.leave(previous)
         call = _plans[key] = CallPlan(kind, m, n, dtype, layout, ((m, n), None, a.dtype, a.device), plan, family, config)
         return call
 
 
-def _plan(device: launch.Device, kind: str, a: Operand, stream, m: int, n: int, k: int, dtype: str, layout: str):
+def _plan(device: launch.Device, kind: str, a: Operand, stream, m: int, n: int, k: int, dtype: str, layout: str,
+          deterministic: bool = False):
     """(launch plan, family, config) for a product in `layout` on `device`, whose context is current."""
     raw = current_stream(kind, a.device) if stream is None else launch.stream_handle(stream)
     _refuse_during_capture(raw, m, n, k, dtype, a.device)
     if not (m and n):  # an empty C needs no kernel (and CUDA refuses an empty grid)
         return None, "", {}
-    family, config, entry = find_entry(_identity(device), m, n, k, dtype, layout)
+    family, config, entry = find_entry(_identity(device), m, n, k, dtype, layout, deterministic)
     loaded = _loaded.get(entry.key)
     if loaded is None:
         loaded = _loaded[entry.key] = launch.load(entry.cubin, entry.name, entry.dynamic_shared)
@@ -203,19 +205,22 @@ def _identity(device: launch.Device) -> backends.Device:
     return found
 
 
-def find_entry(gpu: backends.Device, m: int, n: int, k: int, dtype: str, layout: str = "NN"):
+def find_entry(gpu: backends.Device, m: int, n: int, k: int, dtype: str, layout: str = "NN",
+               deterministic: bool = False):
     """(family, config, store entry) for a shape and layout on a GPU: from the store when it
     remembers them (numba stays unloaded), else from `lookup` for that GPU and, if missing,
-    compiled into the store for that layout and the offset width the shape needs."""
+    compiled into the store for that layout and the offset width the shape needs. The store
+    remembers what a plain lookup chose; a deterministic call takes it only if it does not split K."""
     found = store.recall(gpu.name, dtype, (m, n, k), layout=layout)
-    if found is None:
+    if found is None or (deterministic and found[1].get("splits", 1) > 1):
         from autotune.runtime import lookup
 
         stamp = store.cache_stamp()  # before looking up: a write meanwhile must make this stale
-        choice = lookup(m, n, k, dtype, gpu, layout)
+        choice = lookup(m, n, k, dtype, gpu, layout, deterministic)
         found = (choice.family, choice.config)
         try:
-            store.remember(gpu.name, dtype, (m, n, k), *found, stamp=stamp, layout=layout)
+            if not deterministic:
+                store.remember(gpu.name, dtype, (m, n, k), *found, stamp=stamp, layout=layout)
         except OSError as error:
             warnings.warn(f"mmtune: cannot write to the kernel store: {error}", stacklevel=3)
     family, config = found

@@ -171,6 +171,7 @@ def lookup(
     k: int = typer.Option(..., "--k", help="Columns of A, rows of B."),
     dtype: str = typer.Option("float32", help=DTYPE_HELP),
     layout: str = typer.Option("NN", help=LAYOUT_HELP),
+    deterministic: bool = typer.Option(False, "--deterministic", help="Only configs that do not split K (same bits on every run)."),
     simulate: bool = typer.Option(False, help="Look up for the simulator's rows."),
 ):
     """Say which config matmul would use for a shape, and where it came from."""
@@ -179,7 +180,7 @@ def lookup(
         from autotune.runtime import lookup as find
         from autotune.operands import OperandError
 
-        choice = find(m, n, k, dtype, layout=_layout(layout))
+        choice = find(m, n, k, dtype, layout=_layout(layout), deterministic=deterministic)
     except (UserError, OperandError) as error:
         _fail(error)
     typer.echo(f"{choice.source}: {choice.family} {json.dumps(choice.config)}")
@@ -188,6 +189,8 @@ def lookup(
         typer.echo(f"  tuned for {shape} (distance {choice.distance:.2f}) at {_gflops(choice.gflops)} GFLOPS"
                    f" on {choice.measured_on} ({choice.gpu_match}; {choice.origin} row"
                    f"{', stale: older kernel code' if choice.stale else ''})")
+    if choice.basis:
+        typer.echo(f"  {choice.basis}")
 
 
 @app.command()

@@ -4,15 +4,19 @@ Where a config comes from: the rows of the local cache and the records shipped i
 for this dtype, ranked in this order (the first that fits wins):
   1. exact    a row for this (M, N, K)
   2. nearest  a row for the tuned shape closest by autotune.cache.shape_distance (log2 scale;
-              doubling one dimension = 1) within NEAREST_MAX_DISTANCE
-  3. default  the register family's DEFAULT config
+              doubling one dimension = 1) within NEAREST_MAX_DISTANCE, if its config loads the GPU
+              alike at this shape (autotune.model.similar_load: about as many blocks, waves as full)
+  3. model    the cheapest config by the cost model fitted on the usable rows (autotune.model):
+              their tiles, vector tiles with every K-split too
+  4. default  the register family's DEFAULT config, where no row of this architecture exists
 Within steps 1 and 2 rows are ranked by the layout they were tuned for (`layout_rank`: a row of
 the layout asked, then an NN row, whose config serves every layout, built for the one asked; rows
 of other layouts are not used), then by the GPU they were measured on: this GPU model, then one
 of the same compute capability and SM count, then one of the same compute capability (rows of
 other architectures are never used); then the faster (exact) or the closer (nearest) row. A row
 measured on other kernel code than today's (its source hash differs) is stale: it is used only
-when no fresh row fits at steps 1 and 2, with a one-time warning to re-tune.
+when no fresh row fits at steps 1 and 2, with a one-time warning to re-tune. A deterministic
+lookup skips every config that splits K (their atomic additions land in any order), at every step.
 Lookups and built kernels are memoized per process; call `clear()` after tuning in-process.
 """
 
@@ -29,6 +33,7 @@ import kernels
 from autotune import backends, records
 from autotune.backends import Device
 from autotune.cache import Cache, CacheError, shape_distance, stale
+from autotune.model import predict, similar_load
 from autotune.operands import OperandError, arrays_layout, check_shapes, offset_bits
 from autotune.space import DEFAULT_FAMILY, DeviceLimits, default_config, infeasibility
 from kernels import DTYPES, LAYOUTS, Config, Kernel
@@ -42,7 +47,7 @@ GPU_MATCHES = ("this GPU model", "same compute capability and SM count", "same c
 class Choice:
     family: str
     config: dict
-    source: str  # exact | nearest | default
+    source: str  # exact | nearest | model | default
     device: str  # this GPU
     tuned_shape: tuple[int, int, int] | None = None  # the shape the config was tuned for
     distance: float | None = None  # shape_distance to tuned_shape
@@ -52,6 +57,7 @@ class Choice:
     gpu_match: str | None = None  # one of GPU_MATCHES
     stale: bool = False  # measured on other kernel code than today's
     tuned_layout: str | None = None  # the layout the row was tuned for (kernels.LAYOUTS)
+    basis: str | None = None  # for source "model": the row its tile comes from and the predicted time
 
 
 @dataclass(frozen=True)
@@ -84,18 +90,25 @@ def clear() -> None:
     _this_gpu.cache_clear()
 
 
-def lookup(m: int, n: int, k: int, dtype: str = "float32", device: Device | None = None, layout: str = "NN") -> Choice:
+def lookup(m: int, n: int, k: int, dtype: str = "float32", device: Device | None = None, layout: str = "NN",
+           deterministic: bool = False) -> Choice:
     """The config `matmul` uses for an (M x K) @ (K x N) product of `dtype` on `device` (default:
-    the current GPU) with operands in `layout` (kernels.LAYOUTS), and where it came from."""
+    the current GPU) with operands in `layout` (kernels.LAYOUTS), and where it came from; with
+    `deterministic`, one that does not split K."""
     device = device or _this_gpu()
-    key = (m, n, k, dtype, device, layout)
+    key = (m, n, k, dtype, device, layout, deterministic)
     choice = _choices.get(key)
     if choice is None:
-        choice = _choices[key] = _find(m, n, k, dtype, device, layout)
+        choice = _choices[key] = _find(m, n, k, dtype, device, layout, deterministic)
     return choice
 
 
-def _find(m: int, n: int, k: int, dtype: str, device: Device, layout: str = "NN") -> Choice:
+def splits_k(family: str, config: dict) -> bool:
+    """Whether the config's kernel adds partial products into C (results vary in the last bits)."""
+    return config.get("splits", 1) > 1
+
+
+def _find(m: int, n: int, k: int, dtype: str, device: Device, layout: str = "NN", deterministic: bool = False) -> Choice:
     if dtype not in DTYPES:
         raise OperandError(f"unsupported dtype {dtype}; supported: {', '.join(DTYPES)}")
     if layout not in LAYOUTS:
@@ -104,19 +117,28 @@ def _find(m: int, n: int, k: int, dtype: str, device: Device, layout: str = "NN"
         _shipped[dtype] = records.shipped_rows(dtype=dtype)
     candidates = [("cache", row) for row in _cached_rows(dtype)] + [("shipped", row) for row in _shipped[dtype]]
     hashes = kernels.source_hashes()
-    ranked = []
+    ranked, usable = [], []
     for origin, row in candidates:
         match, served = gpu_match(row, device), layout_rank(row, layout)
-        if match is None or served is None or not _usable(row, dtype):
+        if match is None or served is None or (deterministic and splits_k(row["family"], row["params"])):
             continue
+        if not _usable(row, dtype):
+            continue
+        is_stale = stale(row, hashes)
+        usable.append((is_stale, row))
         distance = shape_distance((m, n, k), (row["m"], row["n"], row["k"]))
         if distance <= NEAREST_MAX_DISTANCE:
-            is_stale = stale(row, hashes)
             order = (is_stale, distance > 0, served, match, distance, -row["gflops"], origin != "cache")
             ranked.append((order, origin, row, match, distance, is_stale))
-    if not ranked:
+    best = min(ranked, key=lambda entry: entry[0]) if ranked else None
+    if best is None or (best[4] > 0 and not similar_load(best[2], m, n, k, device)):
+        fresh = [row for is_stale, row in usable if not is_stale] or [row for _, row in usable]
+        prediction = predict(m, n, k, dtype, device, fresh, deterministic)
+        if prediction is not None:
+            return Choice(prediction.family, prediction.config, "model", device.name, basis=prediction.basis)
+    if best is None:
         return Choice(DEFAULT_FAMILY, default_config(DEFAULT_FAMILY), "default", device.name)
-    _, origin, row, match, distance, is_stale = min(ranked, key=lambda entry: entry[0])
+    _, origin, row, match, distance, is_stale = best
     if is_stale:
         warnings.warn(
             f"mmtune: using a {row['family']} config for {row['m']}x{row['n']}x{row['k']} measured on older kernel "
@@ -188,23 +210,24 @@ def kernel_for(choice: Choice, dtype: str, layout: str = "NN", offset_bits: int 
     return kernel
 
 
-def matmul(A, B, out=None, stream=None):
+def matmul(A, B, out=None, stream=None, deterministic=False):
     """C = A @ B through Numba's dispatcher (autotune.calls.matmul sends the simulator, NumPy
     operands and MMTUNE_LAUNCH=numba here). A and B: NumPy arrays (copied to the GPU and back),
     or device arrays (Numba, or anything with __cuda_array_interface__ such as CuPy and PyTorch;
     each C-contiguous or the transpose of a C-contiguous array), used in place, launched on
     `stream` (a raw handle or a Numba stream; default: the default stream). Returns the same kind
-    as A; `out`, if given, receives C and is returned."""
+    as A; `out`, if given, receives C and is returned. With `deterministic`, a kernel that does not
+    split K."""
     if isinstance(A, np.ndarray) or isinstance(B, np.ndarray):
         if not (isinstance(A, np.ndarray) and isinstance(B, np.ndarray)):
             raise OperandError("A and B must both be NumPy arrays or both be device arrays")
-        return _host_matmul(A, B, out)
+        return _host_matmul(A, B, out, deterministic)
     dA, dB = _device_view(A, "A"), _device_view(B, "B")
     key = (dA.shape, dB.shape, dA.dtype, dB.dtype, dA.is_c_contiguous(), dB.is_c_contiguous(), dA.is_f_contiguous(),
-           dB.is_f_contiguous())
+           dB.is_f_contiguous(), deterministic)
     plan = _plans.get(key)
     if plan is None:
-        plan = _plans[key] = _plan(dA, dB)
+        plan = _plans[key] = _plan(dA, dB, deterministic)
     if out is None:
         out = _empty_like(A, plan.shape, plan.dtype)
     dC = _device_view(out, "out")
@@ -232,17 +255,17 @@ def _numba_stream(stream):
     return cuda.external_stream(launch.stream_handle(stream))
 
 
-def _plan(dA, dB) -> _Plan:
+def _plan(dA, dB, deterministic: bool = False) -> _Plan:
     """The kernel for these operands' shapes, dtype and layout: a transposed C-contiguous view
     ("T", F-contiguous in Numba's terms) is passed as the array it transposes."""
     m, n, k, dtype = check_shapes(dA, dB)
     layout = arrays_layout(dA, dB)
     bits = offset_bits(m, n, k)
-    kernel = kernel_for(lookup(m, n, k, dtype, layout=layout), dtype, layout, bits)
+    kernel = kernel_for(lookup(m, n, k, dtype, layout=layout, deterministic=deterministic), dtype, layout, bits)
     return _Plan((m, n), np.dtype(dtype), kernel.launcher(m, n), kernel, layout)
 
 
-def _host_matmul(A: np.ndarray, B: np.ndarray, out):
+def _host_matmul(A: np.ndarray, B: np.ndarray, out, deterministic: bool = False):
     """NumPy operands of any layout are copied C-contiguous to the GPU: the NN kernel."""
     m, n, k, dtype = check_shapes(A, B)
     if out is not None and (not isinstance(out, np.ndarray) or out.shape != (m, n) or out.dtype != A.dtype):
@@ -250,7 +273,7 @@ def _host_matmul(A: np.ndarray, B: np.ndarray, out):
     require_device_memory((m * k + k * n + m * n) * A.dtype.itemsize)
     backend = backends.current()
     dC = backend.empty((m, n), A.dtype)
-    kernel = kernel_for(lookup(m, n, k, dtype), dtype, "NN", offset_bits(m, n, k))
+    kernel = kernel_for(lookup(m, n, k, dtype, deterministic=deterministic), dtype, "NN", offset_bits(m, n, k))
     kernel.launcher(m, n)(backend.to_device(np.ascontiguousarray(A)), backend.to_device(np.ascontiguousarray(B)), dC)
     if out is None:
         return dC.copy_to_host()

@@ -1,0 +1,112 @@
+"""The cost model for untuned shapes (autotune.model) and the deterministic mode, on made-up rows
+whose times follow the model's own form, so its answers are known."""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import autotune
+import autotune.records
+import kernels
+from autotune import model, runtime
+from autotune.backends import Device
+
+H200 = Device("NVIDIA H200", "9.0", 132)
+PIPELINE = {"pad": 4, "stages": 2, "unroll": True, "fragments": 1, "wide_fetch": True, "async_copy": False,
+            "min_blocks": 1}
+BIG = {**PIPELINE, "bm": 128, "bn": 128, "bk": 16, "tm": 8, "tn": 8}
+THIN = {**PIPELINE, "bm": 16, "bn": 128, "bk": 32, "tm": 4, "tn": 8}
+TAU = {"big": 0.004, "thin": 0.002}  # ms per k-step of one block alone on an SM: thin tiles cost twice per flop
+
+
+def timed(params, shape, tau, family="vector"):
+    """A row whose median_ms is what the model's form gives for `tau` (overhead 4 steps)."""
+    m, n, k = shape
+    g = model.geometry(family, params, "float32", "9.0")
+    ms = g.waves(m, n, 132) * (g.steps(k) + 4) * tau * g.sharing(m, n, 132) + model.split_ms(m, n, g.splits, "float32")
+    return dict(device=H200.name, cc="9.0", sm_count=132, dtype="float32", m=m, n=n, k=k, family=family,
+                params=dict(params), median_ms=ms, gflops=2 * m * n * k / ms / 1e6,
+                source_hash=kernels.source_hash(family))
+
+
+ROWS = [
+    timed(BIG, (4096, 4096, 4096), TAU["big"]),
+    timed(BIG, (2048, 2048, 2048), TAU["big"]),
+    timed(THIN, (16, 8192, 1024), TAU["thin"]),
+    timed(THIN, (32, 4096, 2048), TAU["thin"]),
+]
+
+
+def test_the_fit_recovers_the_overhead_the_rows_were_made_with():
+    assert model.model_for(ROWS, 132, "9.0").overhead == 4
+
+
+def test_a_skinny_untuned_shape_gets_the_thin_tile_with_k_split_into_waves():
+    found = model.predict(16, 4096, 16384, "float32", H200, ROWS)
+    assert found.family == "splitk" and (found.config["bm"], found.config["bn"]) == (16, 128)
+    blocks = 4096 // 128 * found.config["splits"]
+    assert 0.9 * 132 <= blocks <= 132  # every SM busy in one wave; unsplit, 32 blocks for 132 SMs
+    assert "16x8192x1024" in found.basis or "32x4096x2048" in found.basis
+
+
+def test_a_large_untuned_shape_keeps_the_big_tile_unsplit():
+    found = model.predict(4096, 4224, 4096, "float32", H200, ROWS)  # 32 x 33 tiles: 8 whole waves
+    assert (found.family, found.config) == ("vector", BIG)
+
+
+def test_deterministic_predictions_never_split_k():
+    found = model.predict(16, 4096, 16384, "float32", H200, ROWS, deterministic=True)
+    assert found.family == "vector" and "splits" not in found.config
+
+
+def test_leave_one_out_predicts_each_shape_from_the_other_shapes_only():
+    lonely = timed({**BIG, "bk": 8}, (1024, 1024, 1024), 0.003)  # the only row of its tile, and slower
+    results = model.leave_one_out(ROWS + [lonely], H200)
+    assert [(r["m"], r["n"], r["k"]) for r in results] == [(r["m"], r["n"], r["k"]) for r in ROWS + [lonely]]
+    assert results[-1]["predicted_params"] != lonely["params"]  # its own row was left out
+    assert results[0]["predicted_params"] == BIG and results[0]["predicted_ms"] == pytest.approx(ROWS[0]["median_ms"])
+
+
+def test_a_nearest_row_serves_only_where_it_loads_the_gpu_alike():
+    assert model.similar_load(ROWS[0], 4000, 4000, 4000, H200)
+    assert not model.similar_load(ROWS[0], 1024, 4096, 4096, H200)  # a quarter of the blocks
+
+
+# --- through lookup ---
+
+@pytest.fixture
+def shipped(monkeypatch):
+    monkeypatch.setenv("MMTUNE_PRETEND_GPU", "NVIDIA H200;9.0;132")
+    monkeypatch.setattr(autotune.records, "shipped_rows", lambda device=None, dtype=None: [
+        r for r in ROWS + [timed({**THIN, "splits": 4}, (16, 2048, 8192), TAU["thin"], "splitk")]
+        if dtype in (None, r["dtype"])])
+    runtime.clear()
+    yield
+    runtime.clear()
+
+
+def test_lookup_takes_the_model_where_no_near_row_loads_the_gpu_alike(shipped):
+    near = autotune.lookup(4000, 4000, 4000)
+    assert (near.source, near.tuned_shape) == ("nearest", (4096, 4096, 4096))
+    alike = autotune.lookup(16, 4096, 16384)  # twice the blocks of the splitk row at 16x2048x8192
+    assert (alike.source, alike.tuned_shape) == ("nearest", (16, 2048, 8192))
+    far = autotune.lookup(48, 512, 65536)
+    assert far.source == "model" and far.family == "splitk" and far.basis.startswith("cost model")
+    assert autotune.lookup(1024, 4096, 4096).tuned_shape == (2048, 2048, 2048)  # as many blocks
+    assert autotune.lookup(1024, 1024, 4096).source == "model"  # near 2048^3, but a quarter of its blocks
+
+
+def test_deterministic_lookups_skip_rows_that_split_k(shipped):
+    assert autotune.lookup(16, 2048, 8192).family == "splitk"  # the exact row
+    exact_skipped = autotune.lookup(16, 2048, 8192, deterministic=True)
+    assert exact_skipped.family == "vector" and exact_skipped.source in ("nearest", "model")
+
+
+def test_deterministic_matmul_gives_the_same_bits_twice(shipped):
+    rng = np.random.default_rng(3)
+    A, B = rng.standard_normal((16, 40)).astype(np.float32), rng.standard_normal((40, 24)).astype(np.float32)
+    dA, dB = cuda.to_device(A), cuda.to_device(B)
+    first = autotune.matmul(dA, dB, deterministic=True).copy_to_host()
+    second = autotune.matmul(dA, dB, deterministic=True).copy_to_host()
+    assert first.tobytes() == second.tobytes()
+    np.testing.assert_allclose(first, A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
