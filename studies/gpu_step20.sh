@@ -59,7 +59,7 @@ print(' '.join(s for a in sys.argv[1:] for s in (found[a] if a in found else [a]
       | quiet | tee "$out/paths.txt"
     ;;
   loo)
-    MMTUNE_CACHE="$out/cache-loo.db" timeout 300 python3 studies/loo.py --out "$out/loo.json" 2>&1 | quiet | tee "$out/loo.txt"
+    MMTUNE_CACHE="$out/cache-loo.db" timeout "${LOO_SECONDS:-300}" python3 studies/loo.py --out "$out/loo.json" 2>&1 | quiet | tee "$out/loo.txt"
     ;;
   peers)
     for suite in "$@"; do
