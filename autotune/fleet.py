@@ -21,6 +21,7 @@ import optuna
 import kernels
 from autotune.cache import Cache, replaces
 from autotune.storage import masked, open_storage, setup_lock, storage_errors
+from autotune.study import SPACE_TAG
 
 WINNER = "winner"
 PREFIX = "mmtune:"
@@ -56,6 +57,7 @@ def parse_study_name(name: str) -> tuple[str, str, tuple[int, int, int], str] | 
     if not name.startswith(PREFIX):
         return None
     body, layout = name[len(PREFIX):], "NN"
+    body = body.split(SPACE_TAG)[0]  # studies of any space: their winners are rows all the same
     if body[-3:-2] == ":" and body[-2:] in kernels.LAYOUTS:
         body, layout = body[:-3], body[-2:]
     parts = body.rsplit(":", 2)

@@ -1,11 +1,15 @@
 """The Optuna study of one (device, dtype, shape): created or resumed, checked, warm-started.
 
-A study is resumed only over the space it was searched with; trials whose process died are failed;
-a new study is queued the bests of the nearest tuned shapes and then each family's default.
+A study is resumed only over the space it was searched with: its name carries a hash of the
+families' spaces, so after an upgrade that changes them `mmtune tune` starts a new study beside
+the old one instead of refusing it. Trials whose process died are failed; a new study is queued
+the shape rule's configs, the bests of the nearest tuned shapes and then each family's default.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import socket
 
@@ -28,9 +32,19 @@ class SpaceMismatch(ValueError):
     """The study was searched over another space than the one asked for."""
 
 
+SPACE_TAG = ":space-"
+
+
 def study_name(device: str, dtype: str, m: int, n: int, k: int, layout: str = "NN") -> str:
-    """mmtune:DEVICE:DTYPE:MxNxK, and :LAYOUT after it for operands in another layout than NN."""
-    return f"mmtune:{device}:{dtype}:{m}x{n}x{k}" + ("" if layout == "NN" else f":{layout}")
+    """mmtune:DEVICE:DTYPE:MxNxK, :LAYOUT after it for operands in another layout than NN, then
+    :space-HASH (space_hash)."""
+    return f"mmtune:{device}:{dtype}:{m}x{n}x{k}" + ("" if layout == "NN" else f":{layout}") + SPACE_TAG + space_hash()
+
+
+def space_hash() -> str:
+    """A short hash of every family's search space, which Optuna cannot mix within a study."""
+    spaces = {name: family.space for name, family in kernels.FAMILIES.items()}
+    return hashlib.sha256(json.dumps(spaces, sort_keys=True).encode()).hexdigest()[:8]
 
 
 def open_study(storage, spec: str, name: str, sampler, cache: Cache, device: str, dtype: str, shape, families,
@@ -66,9 +80,8 @@ def check_space(study: optuna.Study, families: list[str], spec: str) -> None:
         complete = names <= wanted if trial.state == TrialState.RUNNING else names == wanted
         if not complete or any(expected.get(n) != d for n, d in trial.distributions.items()):
             raise SpaceMismatch(
-                f"study {study.study_name!r} in {masked(spec)} was searched over another space (other --family "
-                f"options or their order, or the kernels of an older mmtune); resume it with the same "
-                f"families, or start afresh with --storage PATH"
+                f"study {study.study_name!r} in {masked(spec)} was searched over other families (other --family "
+                f"options or their order); resume it with the same families, or start afresh with --storage PATH"
             )
 
 

@@ -20,7 +20,7 @@ from autotune.cache import Cache, RecordsError, validate_records
 from autotune.fleet import parse_study_name
 from autotune.measure import error_bound, random_inputs, reference, relative_error, verify
 from autotune.operands import Operand, OperandError, check_product, memory_shapes, offset_bits, read_cai, read_torch
-from autotune.study import study_name
+from autotune.study import space_hash, study_name
 from test_launch import FakeTensor
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -166,12 +166,22 @@ def test_records_carry_the_layout_and_rows_without_one_are_nn(tmp_path):
     assert ["layout" in r for r in written] == [False, True]  # NN rows stay as the shipped files have them
 
 
-def test_study_names_hold_a_layout_other_than_nn():
-    assert study_name("NVIDIA H200", "float32", 8, 9, 10) == "mmtune:NVIDIA H200:float32:8x9x10"
+def test_study_names_hold_a_layout_other_than_nn_and_the_space():
+    tag = f":space-{space_hash()}"
+    assert study_name("NVIDIA H200", "float32", 8, 9, 10) == "mmtune:NVIDIA H200:float32:8x9x10" + tag
     name = study_name("NVIDIA H200", "float32", 8, 9, 10, "TN")
-    assert name == "mmtune:NVIDIA H200:float32:8x9x10:TN"
+    assert name == "mmtune:NVIDIA H200:float32:8x9x10:TN" + tag
     assert parse_study_name(name) == ("NVIDIA H200", "float32", (8, 9, 10), "TN")
     assert parse_study_name("mmtune:NVIDIA H200:float32:8x9x10") == ("NVIDIA H200", "float32", (8, 9, 10), "NN")
+
+
+def test_a_changed_space_names_another_study(monkeypatch):
+    """After an upgrade that changes a family's space, tuning starts a new study beside the old one
+    (Optuna cannot resume a study over another space)."""
+    before = study_name("NVIDIA H200", "float32", 8, 9, 10)
+    vector = kernels.family("vector")
+    monkeypatch.setitem(kernels.FAMILIES, "vector", dataclasses.replace(vector, space={**vector.space, "stages": [1, 2]}))
+    assert study_name("NVIDIA H200", "float32", 8, 9, 10) != before
 
 
 # lookup's transfer rule ----------------------------------------------------------------------
@@ -235,7 +245,7 @@ def test_tune_a_layout_names_its_study_and_row_by_it():
 
     result = tune(TuneRequest(12, 10, 8, trials=3, families=["shared"], jobs=1, layout="TN"), Replay(default=7.0),
                   show_progress=False)
-    assert result.study_name == "mmtune:simulator:float32:12x10x8:TN" and result.row["layout"] == "TN"
+    assert result.study_name == study_name("simulator", "float32", 12, 10, 8, "TN") and result.row["layout"] == "TN"
     assert [r["layout"] for r in Cache().rows()] == ["TN"]
     with pytest.raises(TuneError, match="unknown layout 'NX'"):
         tune(TuneRequest(12, 10, 8, layout="NX"), Replay(), show_progress=False)
