@@ -50,9 +50,11 @@ def bench(shapes, dtype: str = "float32", out_dir: Path | None = None, seeds: bo
         choice = lookup(m, n, k, dtype)
         row = {"m": m, "n": n, "k": k, "source": choice.source, "family": choice.family, "config": choice.config}
         row["cublas_gflops"] = time_launches(lambda: cublas(dA, dB, dC), repeat=repeat).gflops(m, n, k) if cublas else None
-        row["tuned_gflops"] = _verified_gflops(kernel_for(choice, dtype), (m, n, k), rng, dA, dB, dC, repeat)
+        shape = (m, n, k)
+        row["tuned_gflops"] = _verified_gflops(kernel_for(choice, dtype, shape), shape, rng, dA, dB, dC, repeat)
         for name, (family, config) in (SEEDS.items() if seeds else ()):
-            row[f"{name}_gflops"] = _verified_gflops(kernels.build(family, config, dtype), (m, n, k), rng, dA, dB, dC, repeat)
+            seed_kernel = kernels.build_for(family, config, dtype, shape)
+            row[f"{name}_gflops"] = _verified_gflops(seed_kernel, shape, rng, dA, dB, dC, repeat)
         row["ratio"] = row["tuned_gflops"] / row["cublas_gflops"] if row["cublas_gflops"] and row["tuned_gflops"] else None
         rows.append(row)
     ratios = [r["ratio"] for r in rows if r["ratio"]]

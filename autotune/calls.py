@@ -28,7 +28,7 @@ import numpy as np
 
 from autotune import backends, launch, store
 from autotune.operands import (
-    Operand, OperandError, check_product, dtype_name, kind_of, memory_shapes, offset_bits, reader,
+    Operand, OperandError, check_product, dtype_name, kind_of, memory_shapes, offset_bits, reader, unaligned_rows,
 )
 
 ENV = "MMTUNE_LAUNCH"  # "numba": launch through Numba's dispatcher, for debugging
@@ -224,7 +224,8 @@ def find_entry(gpu: backends.Device, m: int, n: int, k: int, dtype: str, layout:
         except OSError as error:
             warnings.warn(f"mmtune: cannot write to the kernel store: {error}", stacklevel=3)
     family, config = found
-    entry = store.get(family, config, dtype, store.parse_arch(gpu.cc), layout=layout, offset_bits=offset_bits(m, n, k))
+    entry = store.get(family, config, dtype, store.parse_arch(gpu.cc), layout=layout, offset_bits=offset_bits(m, n, k),
+                      unaligned=unaligned_rows(m, n, k, layout, dtype))
     return family, config, entry
 
 

@@ -70,7 +70,7 @@ def retime(study: optuna.Study, measurer, shape, dtype: str, seed: int | None, o
 def _retime_one(study: optuna.Study, config: Config, measurer, rng, shape, dtype: str, lock, on_done,
                 layout: str = "NN") -> None:
     try:
-        kernel = kernels.build(config.family, config.params, dtype, layout, kernels.offset_bits_for(*shape))
+        kernel = kernels.build_for(config.family, config.params, dtype, shape, layout)
         result = measurer(kernel, *shape, rng, repeat=FINAL_LAUNCHES, lock=lock)
         record = {"ok": result.verification.ok}
         if result.verification.ok:

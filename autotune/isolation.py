@@ -31,9 +31,9 @@ def _serve(connection, measure_fn: Callable) -> None:
         request = connection.recv()
         if request is None:
             return
-        family, config, dtype, layout, offset_bits, shape, seed, warmup, repeat, lock = request
+        family, config, dtype, layout, offset_bits, unaligned, shape, seed, warmup, repeat, lock = request
         try:
-            kernel = kernels.build(family, config, dtype, layout, offset_bits)
+            kernel = kernels.build(family, config, dtype, layout, offset_bits, unaligned)
             rng = np.random.default_rng(seed)
             result = measure_fn(kernel, *shape, rng, warmup=warmup, repeat=repeat, lock=lock)
         except Exception as error:  # the context may be poisoned: report, then make way for a fresh child
@@ -55,8 +55,8 @@ class Isolated:
     def __call__(self, kernel, m, n, k, rng, warmup=3, repeat=20, lock=None) -> Measurement:
         connection = self._child()
         seed = int(rng.integers(2**63))
-        connection.send((kernel.family, kernel.config, kernel.dtype, kernel.layout, kernel.offset_bits, (m, n, k), seed,
-                         warmup, repeat, lock))
+        connection.send((kernel.family, kernel.config, kernel.dtype, kernel.layout, kernel.offset_bits,
+                         kernel.unaligned, (m, n, k), seed, warmup, repeat, lock))
         if not connection.poll(self.timeout_s):
             self.close()
             raise MeasureFailed(f"no result within {self.timeout_s:g} s: the measuring process was killed")

@@ -237,3 +237,15 @@ def exclusive(lock: str | None):
 def cublas_matmul() -> Callable | None:
     """cuBLAS as `f(dA, dB, dC)` on the backend's device arrays, or None where there is none."""
     return backends.current().cublas()
+
+
+def cublas_gflops(m: int, n: int, k: int, dtype: str, rng: np.random.Generator) -> float | None:
+    """cuBLAS's GFLOPS at (M, N, K) on fresh inputs, timed as `measure` times a kernel (studies
+    compare the two in one process); None where there is no cuBLAS."""
+    call = cublas_matmul()
+    if call is None:
+        return None
+    backend = backends.current()
+    A, B = random_inputs(m, n, k, dtype, rng)
+    dA, dB, dC = backend.to_device(A), backend.to_device(B), backend.empty((m, n), A.dtype)
+    return time_launches(lambda: call(dA, dB, dC)).gflops(m, n, k)

@@ -30,6 +30,9 @@ OVERHEADS = (0, 2, 4, 8, 16)
 DEFAULT_OVERHEAD = 4
 #: bytes per second at which split-K zeroes C and adds the partial products into it
 SPLIT_BYTES_PER_S = 1.5e12
+#: zeroing C is a launch of its own before the kernel: a fixed cost besides the bytes, which
+#: decides tiny products (one memset node in a CUDA graph: studies/h200/step21/rejected-store/timing.txt)
+SPLIT_LAUNCH_MS = 1e-3
 #: shared memory per SM by compute capability, which resident blocks share
 SHARED_PER_SM = {"9.0": 228 * 1024, "8.0": 164 * 1024, "8.7": 164 * 1024}
 DEFAULT_SHARED_PER_SM = 100 * 1024
@@ -97,10 +100,10 @@ def geometry(family: str, params: dict, dtype: str, cc: str) -> Geometry:
 
 
 def split_ms(m: int, n: int, splits: int, dtype: str) -> float:
-    """Zeroing C and adding `splits` partial products into it."""
+    """Zeroing C (a launch of its own) and adding `splits` partial products into it."""
     if splits == 1:
         return 0.0
-    return m * n * itemsize(dtype) * (1 + splits) / SPLIT_BYTES_PER_S * 1e3
+    return SPLIT_LAUNCH_MS + m * n * itemsize(dtype) * (1 + splits) / SPLIT_BYTES_PER_S * 1e3
 
 
 def tile_key(family: str, params: dict) -> tuple:

@@ -208,6 +208,15 @@ def offset_bits(m: int, n: int, k: int) -> int:
     return 64 if max(m * k, k * n, m * n) >= WIDE_OFFSET_ELEMENTS else 32
 
 
+def unaligned_rows(m: int, n: int, k: int, layout: str, dtype: str) -> str:
+    """The operands ("A", "B") of an (M x K) @ (K x N) product in `layout` whose memory rows are
+    not a multiple of 16 bytes: what a kernel is built for (kernels.build's `unaligned`), so that
+    it moves their tiles untested one element at a time rather than testing every tile."""
+    size = np.dtype(dtype).itemsize
+    a_rows, b_rows, _ = memory_shapes(m, n, k, layout)
+    return "".join(name for name, (_, length) in (("A", a_rows), ("B", b_rows)) if length * size % 16)
+
+
 def check_shapes(A, B, C=None) -> tuple[int, int, int, str]:
     """(M, N, K, dtype) from anything with .shape and .dtype (operands, NumPy or Numba arrays)."""
     for name, x in (("A", A), ("B", B)) + ((("C", C),) if C is not None else ()):

@@ -56,8 +56,7 @@ def retime_stale(cache: Cache | None = None, dtype: str | None = None, shipped: 
                 progress(row)
             shape = (row["m"], row["n"], row["k"])
             try:
-                kernel = kernels.build(row["family"], row["params"], row["dtype"], row["layout"],
-                                       kernels.offset_bits_for(*shape))
+                kernel = kernels.build_for(row["family"], row["params"], row["dtype"], shape, row["layout"])
                 result = measurer(kernel, *shape, rng, repeat=FINAL_LAUNCHES, lock=str(cache.path.parent / "measure.lock"))
             except Exception as error:  # the config no longer builds or runs on today's code
                 done.append(Retimed(row, None, f"{type(error).__name__}: {error}"))

@@ -34,7 +34,7 @@ from autotune import backends, records
 from autotune.backends import Device
 from autotune.cache import Cache, CacheError, shape_distance, stale
 from autotune.model import predict, similar_load
-from autotune.operands import OperandError, arrays_layout, check_shapes, offset_bits
+from autotune.operands import OperandError, arrays_layout, check_shapes
 from autotune.space import DEFAULT_FAMILY, DeviceLimits, default_config, infeasibility
 from kernels import DTYPES, LAYOUTS, Config, Kernel
 
@@ -202,11 +202,14 @@ def _usable(row: dict, dtype: str) -> bool:
     return reason is None
 
 
-def kernel_for(choice: Choice, dtype: str, layout: str = "NN", offset_bits: int = 32) -> Kernel:
-    key = (Config.of(choice.family, choice.config), dtype, layout, offset_bits)
+def kernel_for(choice: Choice, dtype: str, shape: tuple[int, int, int], layout: str = "NN") -> Kernel:
+    """`choice`'s kernel built as a product of `shape` in `layout` needs it (kernels.build_for),
+    once per process for each build."""
+    build = (kernels.offset_bits_for(*shape), kernels.unaligned_for(*shape, layout, dtype))
+    key = (Config.of(choice.family, choice.config), dtype, layout, *build)
     kernel = _kernels.get(key)
     if kernel is None:
-        kernel = _kernels[key] = kernels.build(choice.family, choice.config, dtype, layout, offset_bits)
+        kernel = _kernels[key] = kernels.build(choice.family, choice.config, dtype, layout, *build)
     return kernel
 
 
@@ -260,8 +263,7 @@ def _plan(dA, dB, deterministic: bool = False) -> _Plan:
     ("T", F-contiguous in Numba's terms) is passed as the array it transposes."""
     m, n, k, dtype = check_shapes(dA, dB)
     layout = arrays_layout(dA, dB)
-    bits = offset_bits(m, n, k)
-    kernel = kernel_for(lookup(m, n, k, dtype, layout=layout, deterministic=deterministic), dtype, layout, bits)
+    kernel = kernel_for(lookup(m, n, k, dtype, layout=layout, deterministic=deterministic), dtype, (m, n, k), layout)
     return _Plan((m, n), np.dtype(dtype), kernel.launcher(m, n), kernel, layout)
 
 
@@ -273,7 +275,7 @@ def _host_matmul(A: np.ndarray, B: np.ndarray, out, deterministic: bool = False)
     require_device_memory((m * k + k * n + m * n) * A.dtype.itemsize)
     backend = backends.current()
     dC = backend.empty((m, n), A.dtype)
-    kernel = kernel_for(lookup(m, n, k, dtype, deterministic=deterministic), dtype, "NN", offset_bits(m, n, k))
+    kernel = kernel_for(lookup(m, n, k, dtype, deterministic=deterministic), dtype, (m, n, k))
     kernel.launcher(m, n)(backend.to_device(np.ascontiguousarray(A)), backend.to_device(np.ascontiguousarray(B)), dC)
     if out is None:
         return dC.copy_to_host()

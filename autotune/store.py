@@ -33,10 +33,10 @@ from importlib.metadata import PackageNotFoundError, version
 from importlib.util import find_spec
 from pathlib import Path
 
-from autotune.operands import offset_bits
+from autotune.operands import offset_bits, unaligned_rows
 from autotune.paths import store_directory, write_atomically
 
-FORMAT = 1
+FORMAT = 2  # 2: cubins link-time optimized, as cuda.jit builds them (1: linked from PTX)
 MAGIC = b"MMTUNE-CUBIN\n"
 #: the arguments every family's kernel takes: A, B, C as C-contiguous 2-D arrays (9 words each)
 ARGUMENTS = {"arrays": 3, "ndim": 2, "order": "C", "words_per_array": 9, "word_bytes": 8}
@@ -109,10 +109,10 @@ def source_hash(root: Path | None = None) -> str:
 
 
 def key_parts(family: str, config: dict, dtype: str, cc: tuple[int, int], root: Path | None = None,
-              layout: str = "NN", offset_bits: int = 32) -> dict:
+              layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> dict:
     return {
         "format": FORMAT, "family": family, "config": json.dumps(config, sort_keys=True), "dtype": dtype,
-        "layout": layout, "offset_bits": offset_bits, "arguments": ARGUMENTS, "arch": arch(cc),
+        "layout": layout, "offset_bits": offset_bits, "unaligned": unaligned, "arguments": ARGUMENTS, "arch": arch(cc),
         "source": source_hash(root), **toolchain(),
     }
 
@@ -196,16 +196,17 @@ def write(entry: Entry, root: Path | None = None) -> Path:
 
 
 def build(family: str, config: dict, dtype: str, cc: tuple[int, int], root: Path | None = None,
-          layout: str = "NN", offset_bits: int = 32) -> Entry:
+          layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Entry:
     """Compile (no GPU needed: NVVM, then nvJitLink) and describe one kernel; imports numba."""
     import kernels
-    from kernels.resources import link, parse_report, ptx
+    from kernels.resources import link, ltoir, parse_report
 
-    parts = key_parts(family, config, dtype, cc, root, layout, offset_bits)
-    kernel = kernels.build(family, config, dtype, layout, offset_bits)
+    parts = key_parts(family, config, dtype, cc, root, layout, offset_bits, unaligned)
+    kernel = kernels.build(family, config, dtype, layout, offset_bits, unaligned)
     try:
-        text = ptx(kernel, cc)
-        cubin, log = link(text, cc, family)
+        code = ltoir(kernel, cc)
+        cubin, log = link(code, cc, family)
+        text = link(code, cc, family, output="ptx")[0].decode()  # names the entry the cubin holds
     except Exception as error:  # NVVM, nvJitLink and Numba's typing raise many kinds
         raise StoreError(f"{family} {parts['config']} does not compile for {arch(cc)}: {error}") from None
     name, params = entry_parameters(text)
@@ -231,11 +232,11 @@ def entry_parameters(ptx_text: str) -> tuple[str, list[str]]:
 
 
 def get(family: str, config: dict, dtype: str, cc: tuple[int, int], root: Path | None = None,
-        layout: str = "NN", offset_bits: int = 32) -> Entry:
+        layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Entry:
     """The stored entry, built and stored first if missing, corrupt or foreign."""
-    entry = read(key_parts(family, config, dtype, cc, root, layout, offset_bits), root)
+    entry = read(key_parts(family, config, dtype, cc, root, layout, offset_bits, unaligned), root)
     if entry is None:
-        entry = build(family, config, dtype, cc, root, layout, offset_bits)
+        entry = build(family, config, dtype, cc, root, layout, offset_bits, unaligned)
         try:
             write(entry, root)
         except OSError as error:
@@ -249,7 +250,8 @@ def keep(row: dict, root: Path | None = None) -> Entry | None:
     if not row.get("cc"):
         return None
     shape, layout = (row["m"], row["n"], row["k"]), row.get("layout") or "NN"
-    entry = get(row["family"], row["params"], row["dtype"], parse_arch(row["cc"]), root, layout, offset_bits(*shape))
+    entry = get(row["family"], row["params"], row["dtype"], parse_arch(row["cc"]), root, layout, offset_bits(*shape),
+                unaligned_rows(*shape, layout, row["dtype"]))
     remember(row["device"], row["dtype"], shape, row["family"], row["params"], root, layout=layout)
     return entry
 

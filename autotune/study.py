@@ -48,7 +48,7 @@ def space_hash() -> str:
 
 
 def open_study(storage, spec: str, name: str, sampler, cache: Cache, device: str, dtype: str, shape, families,
-               limits, sm_count: int = 0) -> optuna.Study:
+               limits, sm_count: int = 0, cc: str | None = None) -> optuna.Study:
     """Create or resume the study; a new one is warm-started. Tuners started together on one
     shape take turns here (a file lock beside the cache; on PostgreSQL an advisory lock, which
     holds across hosts): Optuna's enqueue_trial may queue a config twice when processes call it
@@ -62,7 +62,7 @@ def open_study(storage, spec: str, name: str, sampler, cache: Cache, device: str
         if not study.trials:
             study.set_user_attr("shape", list(shape))
             study.set_user_attr("dtype", dtype)
-            for config in warm_start(cache, device, dtype, shape, families, limits, sm_count):
+            for config in warm_start(cache, device, dtype, shape, families, limits, sm_count, cc):
                 study.enqueue_trial(trial_params(config), skip_if_exists=True)
     return study
 
@@ -120,13 +120,18 @@ def _alive(pid: int) -> bool:
 
 
 def warm_start(cache: Cache, device: str, dtype: str, shape, families: list[str], limits,
-               sm_count: int = 0) -> list[Config]:
+               sm_count: int = 0, cc: str | None = None) -> list[Config]:
     """The configs the shape rule picks for skinny and few-tile shapes (space.shape_guesses), the
-    bests of the nearest tuned shapes (cached, then shipped), then the default config of each
-    family searched, best guess first (kernels.FAMILIES order). Workers starting together climb
-    from the first queued config (autotune.samplers), so it should be the best guess."""
+    bests of the nearest tuned shapes (cached, then shipped; then shipped for other GPU models of
+    compute capability `cc`, which lookup serves this one until it has rows of its own), then the
+    default config of each family searched, best guess first (kernels.FAMILIES order). Workers
+    starting together climb from the first queued config (autotune.samplers), so it should be the
+    best guess."""
     tuned = cache.nearest(device, dtype, *shape, WARM_START_SHAPES)
     tuned += nearest_rows(shipped_rows(device, dtype), shape, WARM_START_SHAPES)
+    if cc:
+        kin = [row for row in shipped_rows(None, dtype) if row["device"] != device and row.get("cc") == cc]
+        tuned += nearest_rows(kin, shape, WARM_START_SHAPES)
     candidates = shape_guesses(*shape, dtype, limits, sm_count) if sm_count else []
     candidates += [Config.of(row["family"], row["params"]) for _, row in tuned]
     candidates += [Config.of(f, default_config(f)) for f in kernels.FAMILIES if f in families]

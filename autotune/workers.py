@@ -70,8 +70,7 @@ class Search:
                     raise TrialFailed(earlier.user_attrs.get("error", "failed before"))
                 return earlier.value
             rng = np.random.default_rng([self.seed or 0, trial.number])
-            kernel = kernels.build(config.family, config.params, self.dtype, self.layout,
-                                   kernels.offset_bits_for(*self.shape))
+            kernel = kernels.build_for(config.family, config.params, self.dtype, self.shape, self.layout)
             trial.set_user_attr(MEASURING, True)
             return _measure_trial(trial, self.measurer, kernel, self.shape, rng, self.lock)
 

@@ -17,6 +17,7 @@ from types import ModuleType
 from . import base, intrinsics, tiles
 from .base import (
     DTYPES, LAYOUTS, Config, DeviceLimits, Family, GridTooLarge, Kernel, check_layout, grid_of, offset_bits_for,
+    unaligned_for,
 )
 
 #: the mark autotune looks for in this file: PyPI's `kernels` distribution installs another top-level `kernels`
@@ -43,14 +44,25 @@ def family(name: str) -> Family:
         raise ValueError(f"unknown kernel family {name!r}; known: {', '.join(FAMILIES)}") from None
 
 
-def build(name: str, config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32) -> Kernel:
+def build(name: str, config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32,
+          unaligned: str = "") -> Kernel:
     """The kernel of family `name` and `config` for `dtype`, taking A and B as `layout` says
-    (LAYOUTS), with `offset_bits`-bit element offsets (offset_bits_for)."""
+    (LAYOUTS), with `offset_bits`-bit element offsets (offset_bits_for), built for the operands
+    named in `unaligned` ("A", "B") having rows that are not 16-byte aligned (the kernel's
+    `unaligned` says which of them that changed)."""
     if dtype not in DTYPES:
         raise ValueError(f"unsupported dtype {dtype!r}; supported: {', '.join(DTYPES)}")
     if offset_bits not in (32, 64):
         raise ValueError(f"offset_bits must be 32 or 64, got {offset_bits!r}")
-    return family(name).build(config, dtype, check_layout(layout), offset_bits)
+    if set(unaligned) - {"A", "B"}:
+        raise ValueError(f"unaligned names operands A and B, got {unaligned!r}")
+    return family(name).build(config, dtype, check_layout(layout), offset_bits, unaligned)
+
+
+def build_for(name: str, config: dict, dtype: str, shape: tuple[int, int, int], layout: str = "NN") -> Kernel:
+    """The kernel of family `name` and `config` as a product of `shape` (M, N, K) in `layout`
+    needs it: the offsets its operands' sizes need and the moves their rows' alignment allows."""
+    return build(name, config, dtype, layout, offset_bits_for(*shape), unaligned_for(*shape, layout, dtype))
 
 
 @cache
@@ -70,5 +82,5 @@ def source_hashes() -> dict[str, str]:
 
 __all__ = [
     "DTYPES", "FAMILIES", "LAYOUTS", "Config", "DeviceLimits", "Family", "GridTooLarge", "Kernel", "build",
-    "family", "grid_of", "offset_bits_for", "source_hash", "source_hashes",
+    "build_for", "family", "grid_of", "offset_bits_for", "source_hash", "source_hashes", "unaligned_for",
 ]

@@ -70,6 +70,14 @@ def offset_bits_for(m: int, n: int, k: int) -> int:
     return 64 if max(m * k, k * n, m * n) >= WIDE_OFFSET_ELEMENTS else 32
 
 
+def unaligned_for(m: int, n: int, k: int, layout: str, dtype: str) -> str:
+    """The operands ("A", "B") of an (M x K) @ (K x N) product in `layout` whose rows in memory
+    are not a multiple of 16 bytes: what to build for (kernels.build's `unaligned`)."""
+    a_length = m if layout[0] == "T" else k
+    b_length = k if layout[1] == "T" else n
+    return "".join(name for name, length in (("A", a_length), ("B", b_length)) if length * itemsize(dtype) % 16)
+
+
 def grid_of(m: int, n: int, tile: tuple[int, int], splits: int = 1) -> tuple[int, int, int]:
     """(tiles of C, K-splits, 1): every tile on grid x, whose limit no product in memory reaches."""
     rows, cols = tile
@@ -145,7 +153,7 @@ class Family:
     space: dict  # {parameter: [values]}, the search space as plain data
     default: dict  # a config feasible on any CUDA device
     restrict: Callable  # restrict(config, dtype, limits) -> why it cannot run, or None
-    build: Callable  # build(config, dtype, layout, offset_bits) -> Kernel
+    build: Callable  # build(config, dtype, layout, offset_bits, unaligned) -> Kernel
     #: where a cold study tries this family's default: lower first. Workers starting together
     #: climb from the first queued config, so the family most likely to win goes first.
     first_guess: int
@@ -214,6 +222,9 @@ class Kernel:
     min_blocks: int = 1
     layout: str = "NN"
     offset_bits: int = 32
+    #: the operands ("A", "B") this build moves as having rows that are not 16-byte aligned
+    #: (kernels.vector's `unaligned`); "" where the build is the same either way
+    unaligned: str = ""
     #: bytes of dynamic shared memory each launch passes (above 48 KB the kernel must opt in)
     dynamic_shared: int = 0
     _dispatcher: object = field(default=None, repr=False)

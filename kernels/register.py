@@ -46,7 +46,7 @@ def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
     return restrict_tiling(config, dtype, limits, shared_bytes(config, dtype))
 
 
-def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32) -> Kernel:
+def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Kernel:
     BM, BN, BK = config["bm"], config["bn"], config["bk"]
     TM, TN = config["tm"], config["tn"]
     PREFETCH = bool(config["prefetch"])

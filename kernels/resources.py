@@ -1,8 +1,10 @@
 """Compile a kernel for a GPU architecture without a GPU, and read what it uses.
 
-numba-cuda turns the kernel into PTX with NVVM (from the nvidia-nvvm wheel); nvJitLink (from
-the nvidia-nvjitlink wheel) assembles it for the target and reports registers, spills, stack and
-shared memory. Works on a machine with no GPU and no driver, but not under the CUDA simulator.
+numba-cuda turns the kernel into LTO-IR with NVVM (from the nvidia-nvvm wheel); nvJitLink (from
+the nvidia-nvjitlink wheel) optimizes it at link time, assembles it for the target and reports
+registers, spills, stack and shared memory: the route `cuda.jit` takes by default, so what is
+reported is what runs. `ptx` gives the kernel's PTX before link-time optimization, for reading.
+Works on a machine with no GPU and no driver, but not under the CUDA simulator.
 """
 
 from __future__ import annotations
@@ -15,9 +17,6 @@ from types import SimpleNamespace
 from .base import DeviceLimits, Kernel
 
 HOPPER = (9, 0)
-#: shared memory the system reserves in every block that uses shared memory, from sm_80 on
-#: (cudaDevAttrReservedSharedMemoryPerBlock); ptxas counts it in "smem", the 48 KB limit does not.
-RESERVED_SHARED_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -26,8 +25,8 @@ class Resources:
     spill_stores: int  # bytes
     spill_loads: int  # bytes
     stack_bytes: int
-    shared_bytes: int  # the kernel's own static shared memory, without the system's reserve
-    local_bytes: int
+    shared_bytes: int  # the kernel's own static shared memory
+    local_bytes: int  # ptxas reports it only for relocatable code; else 0
     cc: tuple[int, int]
 
     def problem(self, threads: int, limits: DeviceLimits) -> str | None:
@@ -74,35 +73,54 @@ def _device_functions_target(cc: tuple[int, int]):
         dispatcher.get_current_device = current
 
 
+def ltoir(kernel: Kernel, cc: tuple[int, int] = HOPPER) -> bytes:
+    """NVVM's LTO-IR of `kernel`: what `cuda.jit` links by default wherever nvJitLink is installed
+    (lto=True), so the binary `Kernel.compile` runs and the one `link` makes are the same."""
+    from numba import cuda
+
+    require_compiler()
+    with _device_functions_target(cc):
+        code, _ = cuda.compile(kernel.py_func, kernel.signature, device=False, abi="numba", cc=cc,
+                               launch_bounds=kernel.launch_bounds, output="ltoir")
+    return bytes(code)
+
+
 def compile_report(kernel: Kernel, cc: tuple[int, int] = HOPPER) -> Resources:
-    """Compile `kernel` for compute capability `cc` and return the assembler's resource report."""
-    _, log = link(ptx(kernel, cc), cc, kernel.family)
+    """Compile `kernel` for compute capability `cc` as it runs (link-time optimized) and return the
+    assembler's resource report."""
+    _, log = link(ltoir(kernel, cc), cc, kernel.family)
     return parse_report(log, cc)
 
 
-def link(text: str, cc: tuple[int, int], name: str) -> tuple[bytes, str]:
-    """Assemble PTX into a cubin for `cc` with nvJitLink: (cubin, the assembler's -v log)."""
+def link(code: bytes, cc: tuple[int, int], name: str, output: str = "cubin") -> tuple[bytes, str]:
+    """Link-time optimize LTO-IR with nvJitLink and assemble it for `cc`: (the cubin, or with
+    output="ptx" the optimized PTX; the assembler's -v log). Without LTO, ptxas would compile the
+    kernel as relocatable code that calls its 64-bit division helpers instead of inlining them:
+    more registers, fewer blocks per SM, and a slower kernel than the one trials timed
+    (docs/performance.md, step 21)."""
     from cuda.bindings import nvjitlink
 
-    code = text.encode()
-    options = [f"-arch=sm_{cc[0]}{cc[1]}", "-verbose"]
+    options = [f"-arch=sm_{cc[0]}{cc[1]}", "-lto", "-verbose"] + (["-ptx"] if output == "ptx" else [])
     handle = nvjitlink.create(len(options), options)
     try:
-        nvjitlink.add_data(handle, nvjitlink.InputType.PTX, code, len(code), name)
+        nvjitlink.add_data(handle, nvjitlink.InputType.LTOIR, code, len(code), name)
         try:
             nvjitlink.complete(handle)
         finally:
             log = _info_log(handle)
-        size = nvjitlink.get_linked_cubin_size(handle)
+        if output == "ptx":
+            size, fetch = nvjitlink.get_linked_ptx_size(handle), nvjitlink.get_linked_ptx
+        else:
+            size, fetch = nvjitlink.get_linked_cubin_size(handle), nvjitlink.get_linked_cubin
         if size == 0:  # pragma: no cover
             raise RuntimeError(f"nvJitLink produced no code:\n{log}")
-        cubin = bytearray(size)
-        nvjitlink.get_linked_cubin(handle, cubin)
+        result = bytearray(size)
+        fetch(handle, result)
     except nvjitlink.nvJitLinkError as error:
         raise RuntimeError(f"nvJitLink failed ({error}):\n{_error_log(handle)}") from None
     finally:
         nvjitlink.destroy(handle)
-    return bytes(cubin), log
+    return bytes(result), log
 
 
 def _info_log(handle) -> str:
@@ -133,15 +151,15 @@ def parse_report(log: str, cc: tuple[int, int] = HOPPER) -> Resources:
             raise ValueError(f"no {pattern!r} in the assembler's report:\n{log}")
         return int(match.group(1))
 
-    smem = find(rf"{_NUMBER} bytes smem")
-    if smem and tuple(cc) >= (8, 0):
-        smem -= RESERVED_SHARED_BYTES
+    # a whole-program (link-time optimized) build reports the kernel's own static shared memory,
+    # without the system's reserve, and omits the line when there is none
+    smem = find(rf"{_NUMBER} bytes smem") if "bytes smem" in log else 0
     return Resources(
         registers=find(rf"Used {_NUMBER} registers"),
         spill_stores=find(rf"{_NUMBER} bytes spill stores"),
         spill_loads=find(rf"{_NUMBER} bytes spill loads"),
         stack_bytes=find(rf"{_NUMBER} bytes stack frame"),
         shared_bytes=smem,
-        local_bytes=find(rf"{_NUMBER} bytes lmem"),
+        local_bytes=find(rf"{_NUMBER} bytes lmem") if "bytes lmem" in log else 0,
         cc=tuple(cc),
     )

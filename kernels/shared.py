@@ -34,8 +34,9 @@ def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
     return None
 
 
-def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32) -> Kernel:
-    """Indexing is Numba's own, in 64 bits, so `offset_bits` changes nothing here."""
+def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Kernel:
+    """Indexing is Numba's own, in 64 bits, so `offset_bits` changes nothing here; nor does
+    `unaligned`, as every load moves one element."""
     TPB = config["tpb"]
     TILE = (TPB, TPB + config["pad"])
     elem_t = numba_type(dtype)

@@ -22,8 +22,9 @@ def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
     return vector.restrict(config, dtype, limits)
 
 
-def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32) -> Kernel:
-    return vector.make(config, dtype, family="splitk", splits=config["splits"], layout=layout, offset_bits=offset_bits)
+def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Kernel:
+    return vector.make(config, dtype, family="splitk", splits=config["splits"], layout=layout, offset_bits=offset_bits,
+                       unaligned=unaligned)
 
 
 FAMILY = Family("splitk", SPACE, DEFAULT, restrict, build, first_guess=1, shared_bytes=shared_bytes)

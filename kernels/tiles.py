@@ -105,7 +105,7 @@ def parts(bm: int, bn: int, bk: int, layout: str) -> tuple[Part, Part]:
 
 
 def tile_movers(bm: int, bn: int, bk: int, threads: int, elem_t, width: int = 1, checked: bool = True,
-                layout: str = "NN", offset_bits: int = 32):
+                layout: str = "NN", offset_bits: int = 32, narrow: str = ""):
     """Device functions fetch(A, B, k0, row0, col0, tid, a_next, b_next) and
     stash(sA, sB, tid, a_next, b_next) for one tile geometry and layout. With `width` > 1 a thread
     moves `width` adjacent elements of a memory row at a time, one 16-byte global load each where
@@ -113,12 +113,14 @@ def tile_movers(bm: int, bn: int, bk: int, threads: int, elem_t, width: int = 1,
     and one 16-byte shared store where the part is stored as it is. With checked=False the caller
     guarantees that both tiles lie inside their matrices and, for width > 1, that both matrices'
     rows are aligned: the fetch tests nothing (its tests and both paths cost ~10% of a k-loop's
-    instructions)."""
+    instructions). The operands named in `narrow` ("A", "B") move one element at a time whatever
+    `width`, adjacent threads taking adjacent elements: what unchecked tiles of unaligned rows need."""
     part_a, part_b = parts(bm, bn, bk, layout)
-    fetch_a = _part_fetcher(part_a.rows, part_a.cols, threads, elem_t, width, checked, offset_bits)
-    fetch_b = _part_fetcher(part_b.rows, part_b.cols, threads, elem_t, width, checked, offset_bits)
-    stash_a = _part_stasher(part_a.rows, part_a.cols, threads, width, part_a.transposed)
-    stash_b = _part_stasher(part_b.rows, part_b.cols, threads, width, part_b.transposed)
+    width_a, width_b = (1 if name in narrow else width for name in "AB")
+    fetch_a = _part_fetcher(part_a.rows, part_a.cols, threads, elem_t, width_a, checked, offset_bits)
+    fetch_b = _part_fetcher(part_b.rows, part_b.cols, threads, elem_t, width_b, checked, offset_bits)
+    stash_a = _part_stasher(part_a.rows, part_a.cols, threads, width_a, part_a.transposed)
+    stash_b = _part_stasher(part_b.rows, part_b.cols, threads, width_b, part_b.transposed)
     A_K_FIRST, B_K_FIRST = part_a.k_first, part_b.k_first
 
     @cuda.jit(device=True)
@@ -166,7 +168,7 @@ def _part_stasher(rows: int, cols: int, threads: int, width: int, transposed: bo
 
 
 def tile_copier(bm: int, bn: int, bk: int, threads: int, width: int = 1, checked: bool = True, layout: str = "NN",
-                offset_bits: int = 32):
+                offset_bits: int = 32, narrow: str = ""):
     """A device function copy(A, B, k0, row0, col0, tid, sA, sB) starting asynchronous copies
     (kernels.intrinsics.async_copy) of this thread's share of the A and B tiles at k0 into sA and
     sB: a part stored transposed one element at a time, a part stored as it is `width` elements at
@@ -174,12 +176,13 @@ def tile_copier(bm: int, bn: int, bk: int, threads: int, width: int = 1, checked
     checked=False the caller guarantees that both tiles lie inside their matrices and, for width >
     1, that the rows of the parts copied wide are aligned: no tests at all, which matters because
     ptxas predicates rather than branches around the few instructions of a copy, so the edge path
-    would cost its instructions on every tile. The caller commits and waits."""
+    would cost its instructions on every tile. The caller commits and waits. `narrow` as in
+    `tile_movers`."""
     part_a, part_b = parts(bm, bn, bk, layout)
-    copy_a = _part_copier(part_a.rows, part_a.cols, threads, 1 if part_a.transposed else width, part_a.transposed,
-                          checked, offset_bits)
-    copy_b = _part_copier(part_b.rows, part_b.cols, threads, 1 if part_b.transposed else width, part_b.transposed,
-                          checked, offset_bits)
+    width_a, width_b = (1 if transposed or name in narrow else width
+                        for name, transposed in (("A", part_a.transposed), ("B", part_b.transposed)))
+    copy_a = _part_copier(part_a.rows, part_a.cols, threads, width_a, part_a.transposed, checked, offset_bits)
+    copy_b = _part_copier(part_b.rows, part_b.cols, threads, width_b, part_b.transposed, checked, offset_bits)
     A_K_FIRST, B_K_FIRST = part_a.k_first, part_b.k_first
 
     @cuda.jit(device=True)

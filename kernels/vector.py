@@ -15,7 +15,9 @@ k instead of TM + TN. Groups are TY*VEC rows apart, so a warp's loads are adjace
                before step k multiplies, hiding their latency for TM + TN more registers
   wide_fetch   global reads of VEC adjacent elements as one 16-byte load (and B's shared writes as
                one 16-byte store) wherever a tile lies inside 16-byte-aligned rows; scalar loads
-               at the edges and for unaligned operands (kernels.tiles)
+               at the edges and for unaligned operands (kernels.tiles). A build told which
+               operands have unaligned rows (`unaligned`) moves their tiles inside the matrices
+               one element per thread, adjacent threads reading adjacent elements, untested
   async_copy   tiles copied from global to shared memory by `cp.async` (kernels.tiles.tile_copier)
                STAGES - 1 tiles ahead of the one being multiplied, instead of through registers
                one tile ahead: no registers held for the next tile, and with 3 or 4 stages more
@@ -71,14 +73,17 @@ def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
     return restrict_tiling(config, dtype, limits, shared_bytes(config, dtype), dynamic_shared=True)
 
 
-def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32) -> Kernel:
-    return make(config, dtype, layout=layout, offset_bits=offset_bits)
+def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Kernel:
+    return make(config, dtype, layout=layout, offset_bits=offset_bits, unaligned=unaligned)
 
 
 def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layout: str = "NN",
-         offset_bits: int = 32) -> Kernel:
+         offset_bits: int = 32, unaligned: str = "") -> Kernel:
     """The kernel for `config`; with `splits` > 1, block y of a tile of C multiplies the y-th
-    of `splits` ranges of K (whole BK-steps) and adds its product into C atomically."""
+    of `splits` ranges of K (whole BK-steps) and adds its product into C atomically.
+    `unaligned` names the operands ("A", "B") built for rows that are not 16-byte aligned (see
+    `wide_fetch`): any operands run on any build, but an aligned operand on such a build loses its
+    16-byte moves, and an unaligned one on a build without runs every tile through bounds tests."""
     BM, BN, BK = config["bm"], config["bn"], config["bk"]
     SPLITS = splits
     TM, TN = config["tm"], config["tn"]
@@ -105,6 +110,9 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layo
     # stored as they are (A passed transposed, B not) through asynchronous copies
     A_WIDE = FETCH_WIDTH > 1 and (not ASYNC or layout[0] == "T")
     B_WIDE = FETCH_WIDTH > 1 and (not ASYNC or layout[1] == "N")
+    # the parts moved wide that the build is told have unaligned rows: untested, one element at a time
+    NARROW = "".join(name for name, wide in (("A", A_WIDE), ("B", B_WIDE)) if wide and name in unaligned)
+    A_ALIGNMENT_TESTED, B_ALIGNMENT_TESTED = A_WIDE and "A" not in NARROW, B_WIDE and "B" not in NARROW
     SHARED_BYTES = shared_bytes(config, dtype)
     DYNAMIC = SHARED_BYTES > DEFAULT_DYNAMIC_SHARED
     if DYNAMIC:
@@ -144,7 +152,7 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layo
 
     multiply_tile = unrolled(multiply_step, BK) if config["unroll"] else multiply_loop
 
-    def fetched_steps(fetch, checked):
+    def fetched_steps(fetch, stash, checked):
         """Multiply the tiles from k_from to k_to, each fetched into registers by `fetch` while the
         one before it is multiplied, then stashed in shared tile `stage`; returns the next stage.
         Unchecked, the caller guarantees that every tile has a next one."""
@@ -168,18 +176,20 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layo
 
         return steps
 
-    checked_fetches = fetched_steps(fetch, True)
+    checked_fetches = fetched_steps(fetch, stash, True)
     unchecked_fetches = fetched_steps(
-        tile_movers(BM, BN, BK, THREADS, elem_t, FETCH_WIDTH, checked=False, **movers)[0], False
+        *tile_movers(BM, BN, BK, THREADS, elem_t, FETCH_WIDTH, checked=False, narrow=NARROW, **movers), False
     )
     aligned = rows_aligned(VEC)
 
     @cuda.jit(device=True)
     def unchecked_tiles(A, B, k_begin, k_end, row0, col0, ahead):
         """How many tiles from k_begin on may move the tile `ahead` tiles further without bounds
-        tests: none unless the block lies inside C and the parts moved wide have aligned rows."""
+        tests: none unless the block lies inside C and the parts moved wide untested have aligned
+        rows."""
         M, N, _ = dims(A, B)
-        if row0 + BM <= M and col0 + BN <= N and (not A_WIDE or aligned(A)) and (not B_WIDE or aligned(B)):
+        if (row0 + BM <= M and col0 + BN <= N and (not A_ALIGNMENT_TESTED or aligned(A))
+                and (not B_ALIGNMENT_TESTED or aligned(B))):
             return max(0, (k_end - k_begin) // BK - ahead)
         return 0
 
@@ -220,7 +230,8 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layo
         return steps
 
     checked_steps = copied_steps(tile_copier_checked)
-    unchecked_steps = copied_steps(tile_copier(BM, BN, BK, THREADS, FETCH_WIDTH, checked=False, **movers))
+    unchecked_steps = copied_steps(tile_copier(BM, BN, BK, THREADS, FETCH_WIDTH, checked=False, narrow=NARROW,
+                                               **movers))
 
     @cuda.jit(device=True)
     def through_copies(A, B, sA, sB, k_begin, k_end, row0, col0, tid, row_base, col_base, a_frag, b_frag, acc):
@@ -277,7 +288,7 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layo
                                     cuda.atomic.add(C, (r, c), acc[g * VEC + i, h * VEC + j])
 
     return Kernel(family, dict(config), dtype, vector_matmul, block=(THREADS,), tile=(BM, BN), splits=SPLITS,
-                  min_blocks=config["min_blocks"], layout=layout, offset_bits=offset_bits,
+                  min_blocks=config["min_blocks"], layout=layout, offset_bits=offset_bits, unaligned=NARROW,
                   dynamic_shared=SHARED_BYTES if DYNAMIC else 0)
 
 

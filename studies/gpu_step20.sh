@@ -49,7 +49,7 @@ print(' '.join(s for a in sys.argv[1:] for s in (found[a] if a in found else [a]
       echo "$shape: $(( $(date +%s) - t0 )) s" | tee -a "$out/tune.txt"
     done
     if [ -n "${RETIME:-}" ]; then  # the shipped rows measured on older kernel code, re-timed on today's
-      MMTUNE_CACHE="$out/cache.db" timeout 200 python3 -m autotune warm --retime --arch sm_90 2>&1 | quiet | tee "$out/retime.txt"
+      MMTUNE_CACHE="$out/cache.db" timeout "${RETIME_SECONDS:-200}" python3 -m autotune warm --retime --arch sm_90 2>&1 | quiet | tee "$out/retime.txt"
     fi
     MMTUNE_CACHE="$out/cache.db" python3 -m autotune export --out "$out/tuned.json"
     MMTUNE_CACHE="$out/cache.db" python3 -m autotune best 2>&1 | quiet > "$out/best.txt"

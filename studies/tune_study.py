@@ -30,7 +30,7 @@ def against_cublas(row: dict) -> dict:
     m, n, k = row["m"], row["n"], row["k"]
     A, B = random_inputs(m, n, k, row["dtype"], np.random.default_rng(1))
     dA, dB, dC = cuda.to_device(A), cuda.to_device(B), cuda.device_array((m, n), A.dtype)
-    kernel = runtime.kernel_for(runtime.lookup(m, n, k, row["dtype"]), row["dtype"])
+    kernel = runtime.kernel_for(runtime.lookup(m, n, k, row["dtype"]), row["dtype"], (m, n, k))
     cublas = cublas_matmul()
     ours = time_launches(lambda: kernel.launch(dA, dB, dC), repeat=50).gflops(m, n, k)
     theirs = time_launches(lambda: cublas(dA, dB, dC), repeat=50).gflops(m, n, k)
@@ -42,7 +42,7 @@ def matmul_overhead(dtype: str = "float32") -> dict:
     m, n, k = OVERHEAD_SHAPE
     A, B = random_inputs(m, n, k, dtype, np.random.default_rng(2))
     dA, dB, dC = cuda.to_device(A), cuda.to_device(B), cuda.device_array((m, n), A.dtype)
-    kernel = runtime.kernel_for(runtime.lookup(m, n, k, dtype), dtype)
+    kernel = runtime.kernel_for(runtime.lookup(m, n, k, dtype), dtype, (m, n, k))
     result = {}
     for name, call in (("launch", lambda: kernel.launch(dA, dB, dC)), ("matmul", lambda: runtime.matmul(dA, dB, out=dC))):
         call()

@@ -76,10 +76,13 @@ variants = {f"{u}-{b}": dict(unroll=u, min_blocks=b) for u in (False, True) for 
 variants["wide"] = dict(unroll=True, min_blocks=1, wide_fetch=True)
 variants["fragments"] = dict(unroll=True, min_blocks=1, fragments=2)
 variants["async"] = dict(unroll=True, min_blocks=1, wide_fetch=True, async_copy=True, stages=3)
+unaligned = {"wide-AB": ("wide", "AB"), "async-B": ("async", "B"), "async-A": ("async", "A")}
 out = {}
-for name, variant in variants.items():
-    text = ptx(kernels.build("vector", {**base, **variant}, "float32"))
-    out[name] = dict(vector_loads=text.count("ld.shared.v4"), min_blocks=".minnctapersm 2" in text,
+for name, (variant, rows) in {**{v: (v, "") for v in variants}, **unaligned}.items():
+    kernel = kernels.build("vector", {**base, **variants[variant]}, "float32", unaligned=rows)
+    text = ptx(kernel)
+    out[name] = dict(built=kernel.unaligned, vector_loads=text.count("ld.shared.v4"),
+                     min_blocks=".minnctapersm 2" in text,
                      wide_global_loads=text.count("ld.global.v4"), wide_shared_stores=text.count("st.shared.v4"),
                      global_loads=text.count("ld.global"), wide_copies=text.count("cp.async.cg.shared.global [%r"),
                      element_copies=text.count("cp.async.ca.shared.global [%r"), waits=text.count("cp.async.wait_group 1;"))
@@ -97,7 +100,10 @@ def test_pipeline_parameters_reach_the_compiled_code():
     A's 8 elements per thread copied one by one and B's as 2 16-byte copies, in the prologue and
     in two loops: one without bounds tests, then one with them (where both paths, inside and at
     the edges, are written out for A and for B's unaligned fallback of 8 elements), each loop
-    with its own written-out tile and waiting for all but the newest of 3 - 1 tiles."""
+    with its own written-out tile and waiting for all but the newest of 3 - 1 tiles. Built for
+    unaligned rows, the loop without tests moves those operands one element at a time (8 of A's
+    and B's each per thread) and keeps 16-byte moves for the others; an operand the pipeline never
+    moves 16 bytes at a time (A copied asynchronously) changes nothing."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     done = subprocess.run([sys.executable, "-c", PIPELINE_CHILD], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -113,6 +119,13 @@ def test_pipeline_parameters_reach_the_compiled_code():
     assert copies["vector_loads"] == 2 * 16 * per_step
     checked = 2 * 8 + 2 * 8  # A inside and at the edges; B's fallback inside and at the edges
     assert (copies["wide_copies"], copies["element_copies"]) == (3 * 2, 2 * checked + 8)
+    narrow = out["wide-AB"]
+    assert (narrow["built"], narrow["vector_loads"]) == ("AB", out["wide"]["vector_loads"])
+    assert (narrow["wide_global_loads"], narrow["wide_shared_stores"]) == (2 * (2 + 2), 2 * 2)
+    assert narrow["global_loads"] == out["wide"]["global_loads"] - (2 + 2) + (8 + 8)
+    narrow = out["async-B"]
+    assert (narrow["built"], narrow["wide_copies"], narrow["element_copies"]) == ("B", 2 * 2, 2 * checked + 8 + 8)
+    assert {**out["async-A"], "built": None} == {**copies, "built": None} and out["async-A"]["built"] == ""
 
 
 OFFSETS_CHILD = """

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from numba import cuda
 
 import kernels
-from autotune.measure import poison_value, random_inputs, reference, relative_error, error_bound
+from autotune.measure import poison_value, random_inputs, reference, relative_error, error_bound, stored
 from autotune.space import DeviceLimits, feasible_configs
 from autotune.operands import OperandError, arrays_layout, check_shapes
 
@@ -160,12 +160,29 @@ WIDE_CASES = [case for case in CASES if case.values[1].get("wide_fetch")]
 
 
 @pytest.mark.parametrize("family,config", WIDE_CASES)
-def test_wide_fetches_fall_back_to_scalar_loads_on_unaligned_operands(family, config, rng):
-    kernel = kernels.build(family, config, "float32")
+@pytest.mark.parametrize("rows", ["", "AB"])
+def test_wide_fetches_fall_back_to_scalar_loads_on_unaligned_operands(family, config, rows, rng):
+    """Pointers off 16-byte boundaries on builds for aligned and for unaligned rows, and aligned
+    operands on a build for unaligned rows: any operands run on any build."""
+    kernel = kernels.build(family, config, "float32", unaligned=rows)
     m, n, k = SHAPES[-1]
     A, B = random_inputs(m, n, k, "float32", rng)
+    for move in (_off_16_byte_boundary, cuda.to_device) if rows else (_off_16_byte_boundary,):
+        C = cuda.to_device(np.full((m, n), np.nan, np.float32))
+        kernel(move(A), move(B), C)
+        assert relative_error(C.copy_to_host(), reference(A, B)) <= error_bound("float32", k)
+
+
+@pytest.mark.parametrize("family,config", WIDE_CASES)
+@pytest.mark.parametrize("layout", ["NN", "TT"])
+def test_rows_of_odd_length_move_untested_one_element_at_a_time_inside_c(family, config, layout, rng):
+    """N and K odd: blocks inside C take the loop without bounds tests on the build for the shape."""
+    m, n, k = (ON_GPU and (1000, 1023, 999)) or (37, 67, 45)
+    kernel = kernels.build_for(family, config, "float32", (m, n, k), layout)
+    assert kernels.unaligned_for(m, n, k, layout, "float32") == "AB" and kernel.unaligned  # those it moves wide
+    A, B = random_inputs(m, n, k, "float32", rng, layout)
     C = cuda.to_device(np.full((m, n), np.nan, np.float32))
-    kernel(_off_16_byte_boundary(A), _off_16_byte_boundary(B), C)
+    kernel(*(cuda.to_device(x) for x in stored(A, B, layout)), C)
     assert relative_error(C.copy_to_host(), reference(A, B)) <= error_bound("float32", k)
 
 

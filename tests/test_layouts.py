@@ -19,7 +19,9 @@ from autotune import calls, launch, runtime, store
 from autotune.cache import Cache, RecordsError, validate_records
 from autotune.fleet import parse_study_name
 from autotune.measure import error_bound, random_inputs, reference, relative_error, verify
-from autotune.operands import Operand, OperandError, check_product, memory_shapes, offset_bits, read_cai, read_torch
+from autotune.operands import (
+    Operand, OperandError, check_product, memory_shapes, offset_bits, read_cai, read_torch, unaligned_rows,
+)
 from autotune.study import space_hash, study_name
 from test_launch import FakeTensor
 
@@ -111,23 +113,46 @@ def test_a_plan_packs_the_memory_shapes_and_builds_for_the_layout_and_offsets(mo
     assert plan.grid == (78125, 1, 1) and plan.shared == 64 * 1024
 
 
-def test_find_entry_remembers_and_builds_per_layout_and_offset_width(monkeypatch, tmp_path):
+def test_find_entry_remembers_and_builds_per_layout_offset_width_and_alignment(monkeypatch, tmp_path):
     built = []
-    monkeypatch.setattr(store, "get", lambda family, config, dtype, cc, root=None, layout="NN", offset_bits=32:
-                        built.append((family, layout, offset_bits)) or "entry")
+    monkeypatch.setattr(store, "get", lambda family, config, dtype, cc, root=None, layout="NN", offset_bits=32,
+                        unaligned="": built.append((family, layout, offset_bits, unaligned)) or "entry")
     gpu = autotune.backends.Device(H100, "9.0", 132)
     assert calls.find_entry(gpu, 65536, 16, 65537, "float32", "NT")[2] == "entry"
     calls.find_entry(gpu, 8, 8, 8, "float32", "TT")
-    assert [(layout, bits) for _, layout, bits in built] == [("NT", 64), ("TT", 32)]
+    calls.find_entry(gpu, 8, 8, 6, "float64", "NN")  # A's rows of 6 doubles: 48 bytes; B's of 8 doubles
+    calls.find_entry(gpu, 8, 7, 9, "float32", "NN")  # A's rows of 9 floats, B's of 7
+    assert [(layout, bits, rows) for _, layout, bits, rows in built] == [
+        ("NT", 64, "AB"), ("TT", 32, ""), ("NN", 32, ""), ("NN", 32, "AB")]  # NT: A's rows of 65537, B's of 65537
     assert store.recall(H100, "float32", (8, 8, 8), layout="TT") is not None
     assert store.recall(H100, "float32", (8, 8, 8), layout="NN") is None
 
 
-def test_store_keys_differ_by_layout_and_offset_bits():
+def test_store_keys_differ_by_layout_offset_bits_and_alignment():
     base = ("vector", {"bm": 64}, "float32", (9, 0), None)
-    keys = {store.entry_key(store.key_parts(*base, layout, bits)) for layout in kernels.LAYOUTS for bits in (32, 64)}
-    assert len(keys) == 8
+    keys = {store.entry_key(store.key_parts(*base, layout, bits, rows))
+            for layout in kernels.LAYOUTS for bits in (32, 64) for rows in ("", "A", "B", "AB")}
+    assert len(keys) == 32
     assert store.key_parts(*base)["layout"] == "NN" and store.key_parts(*base)["offset_bits"] == 32
+    assert store.key_parts(*base)["unaligned"] == ""
+
+
+@pytest.mark.parametrize("layout", kernels.LAYOUTS)
+@pytest.mark.parametrize("dtype", kernels.DTYPES)
+@pytest.mark.parametrize("m,n,k", [(8, 8, 8), (9, 8, 8), (8, 9, 8), (8, 8, 9), (7, 6, 5), (1000, 1002, 1004),
+                                   (1, 2, 3)])
+def test_unaligned_rows_are_judged_alike_with_and_without_numba(m, n, k, dtype, layout):
+    assert unaligned_rows(m, n, k, layout, dtype) == kernels.unaligned_for(m, n, k, layout, dtype)
+
+
+def test_unaligned_rows_name_the_operands_whose_rows_miss_16_byte_multiples():
+    assert unaligned_rows(64, 64, 64, "NN", "float32") == ""
+    assert unaligned_rows(64, 64, 63, "NN", "float32") == "A"  # A: 64 x 63; B: 63 x 64
+    assert unaligned_rows(64, 63, 64, "NN", "float32") == "B"
+    assert unaligned_rows(63, 64, 64, "TN", "float32") == "A"  # A stored as 64 x 63
+    assert unaligned_rows(64, 64, 63, "TT", "float32") == "B"  # B stored as 64 x 63
+    assert unaligned_rows(64, 64, 6, "NN", "float64") == "" and unaligned_rows(64, 64, 6, "NN", "float32") == "A"
+    assert unaligned_rows(64, 64, 3, "NN", "float64") == "A" and unaligned_rows(64, 64, 3, "NN", "int32") == "A"
 
 
 # The cache, records and studies ------------------------------------------------------------

@@ -9,6 +9,7 @@ from conftest import ON_GPU
 
 import kernels
 from autotune.measure import (
+    cublas_gflops,
     cublas_matmul,
     error_bound,
     measure,
@@ -110,3 +111,11 @@ def test_time_launches_times_the_gpu_not_the_python_launching_it():
         host_ms = (time.perf_counter() - started) / 200 * 1e3
         cuda.synchronize()
         assert time_launches(launch).median_ms < host_ms / 2, name
+
+
+def test_cublas_gflops_times_cublas_where_there_is_one(rng):
+    gflops = cublas_gflops(64, 48, 32, "float32", rng)
+    if cublas_matmul() is None:  # the simulator
+        assert gflops is None
+    else:
+        assert gflops > 0

@@ -54,6 +54,15 @@ def test_a_large_untuned_shape_keeps_the_big_tile_unsplit():
     assert (found.family, found.config) == ("vector", BIG)
 
 
+def test_a_tiny_product_is_not_split_where_zeroing_c_costs_more_than_the_steps_saved():
+    """Split-K zeroes C in a launch of its own (SPLIT_LAUNCH_MS): for a product of a few short
+    k-steps that costs more than the steps a split saves, though the split makes more blocks."""
+    fast = [timed(THIN, (16, 8192, 1024), 1e-4), timed(THIN, (32, 4096, 2048), 1e-4)]
+    found = model.predict(16, 128, 128, "float32", H200, fast)
+    assert (found.family, found.config) == ("vector", THIN)
+    assert model.predict(16, 4096, 16384, "float32", H200, fast).family == "splitk"  # long K still splits
+
+
 def test_deterministic_predictions_never_split_k():
     found = model.predict(16, 4096, 16384, "float32", H200, ROWS, deterministic=True)
     assert found.family == "vector" and "splits" not in found.config
@@ -83,6 +92,7 @@ def shipped(monkeypatch):
     runtime.clear()
     yield
     runtime.clear()
+
 
 
 def test_lookup_takes_the_model_where_no_near_row_loads_the_gpu_alike(shipped):

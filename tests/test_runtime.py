@@ -75,7 +75,7 @@ def test_matmul_numpy_in_numpy_out_after_tuning(dtype, rng):
     C = autotune.matmul(A, B)
     assert isinstance(C, np.ndarray) and C.dtype == A.dtype
     check(C, A, B)
-    assert runtime.kernel_for(autotune.lookup(19, 23, 17, dtype), dtype).config == SMALL
+    assert runtime.kernel_for(autotune.lookup(19, 23, 17, dtype), dtype, (19, 23, 17)).config == SMALL
 
 
 def test_matmul_device_arrays_stay_on_the_device(rng):
@@ -109,9 +109,9 @@ def test_kernels_are_built_once(rng):
     tuned(9, 11, 13)
     A, B = random_inputs(9, 11, 13, "float32", rng)
     autotune.matmul(A, B)
-    kernel = runtime.kernel_for(autotune.lookup(9, 11, 13), "float32")
+    kernel = runtime.kernel_for(autotune.lookup(9, 11, 13), "float32", (9, 11, 13))
     autotune.matmul(A, B)
-    assert runtime.kernel_for(autotune.lookup(9, 11, 13), "float32") is kernel
+    assert runtime.kernel_for(autotune.lookup(9, 11, 13), "float32", (9, 11, 13)) is kernel
 
 
 @pytest.mark.parametrize(

@@ -53,7 +53,7 @@ def test_the_key_changes_with_everything_that_changes_the_binary(root, tmp_path,
     assert store.entry_key(store.key_parts(*base)) == key
     (sources / "base.py").write_text("x = 2\n")  # a kernel source changed: another binary
     assert store.entry_key(store.key_parts(*base)) != key
-    for part in ("offset_bits", "layout", "arch", "source", "numba_cuda", "nvvm", "nvjitlink"):
+    for part in ("offset_bits", "unaligned", "layout", "arch", "source", "numba_cuda", "nvvm", "nvjitlink"):
         assert part in store.key_parts(*base)
 
 
@@ -129,7 +129,11 @@ import kernels
 family, config = "splitk", kernels.family("splitk").default
 entry = store.get(family, config, "float32", (9, 0))
 store.remember("NVIDIA H200", "float32", (96, 80, 64), family, config)
-print(json.dumps({"key": entry.key, "header": entry.header, "elf": entry.cubin[:4] == b"\\x7fELF"}))
+from kernels.resources import ptx
+divides = "div.s64" in ptx(kernels.build(family, config, "float32"), (9, 0))
+helpers = b".text.__cuda_sm20_div_s64" in entry.cubin
+print(json.dumps({"key": entry.key, "header": entry.header, "elf": entry.cubin[:4] == b"\\x7fELF",
+                  "divides": divides, "helpers": helpers}))
 """
 LOAD = """
 import json, sys
@@ -150,6 +154,9 @@ def test_a_stored_kernel_loads_in_a_fresh_process_without_numba(root):
     header = built["header"]
     assert built["elf"] and header["splits"] > 1 and header["entry"].startswith("_Z")
     assert header["block"] and header["tile"] and header["static_shared"] > 0
+    # linked as cuda.jit links what trials time: link-time optimized, a whole program whose 64-bit
+    # divisions are inlined, not relocatable code calling ptxas's helper functions
+    assert built["divides"] and not built["helpers"]
     loaded = subprocess.run([sys.executable, "-c", LOAD], env=env, capture_output=True, text=True, timeout=600)
     assert loaded.returncode == 0, loaded.stderr[-3000:]
     result = json.loads(loaded.stdout)

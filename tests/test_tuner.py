@@ -9,7 +9,9 @@ from autotune.cache import Cache
 from autotune.replay import Replay, config_key
 from autotune.space import FAMILY_NAMES, DeviceLimits, shape_guesses
 from autotune.finalists import FINAL_LAUNCHES, FINALISTS
-from autotune.study import study_name
+import autotune.study
+from autotune.study import study_name, warm_start
+from kernels.base import Config
 from autotune.tuner import TuneError, TuneRequest, tune
 
 SHAPE = (96, 80, 64)
@@ -122,6 +124,21 @@ def test_warm_start_enqueues_the_nearest_tuned_configs():
     replay = Replay()
     run(replay, trials=3)
     assert replay.calls[:2] == [config_key("register", FAST), config_key("register", REG)]
+
+
+def test_a_gpu_model_without_rows_warm_starts_from_its_architectures_records(monkeypatch):
+    """An H100 with no records of its own is served the H200's; a cold H100 tune that started from
+    its own rows only found configs slower than those (docs/performance.md, step 22)."""
+    h200 = dict(device="NVIDIA H200", cc="9.0", sm_count=132, dtype="float32", m=100, n=80, k=64, family="register",
+                params=FAST, gflops=1.0)
+    a100 = dict(h200, device="NVIDIA A100", cc="8.0", params={**REG, "bm": 64, "tm": 4})
+    monkeypatch.setattr(autotune.study, "shipped_rows", lambda device=None, dtype=None: [
+        r for r in (h200, a100) if device in (None, r["device"])])
+    configs = warm_start(Cache(), "NVIDIA H100 80GB HBM3", "float32", (100, 80, 64), ["register"], DeviceLimits(),
+                         cc="9.0")
+    assert configs == [Config.of("register", FAST), Config.of("register", REG)]  # not the other architecture's
+    assert warm_start(Cache(), "NVIDIA H100 80GB HBM3", "float32", (100, 80, 64), ["register"],
+                      DeviceLimits()) == [Config.of("register", REG)]
 
 
 def test_a_cold_study_tries_the_families_defaults_best_guess_first():
