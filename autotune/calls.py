@@ -171,6 +171,13 @@ def _plan(device: launch.Device, kind: str, a: Operand, stream, m: int, n: int, 
     if not (m and n):  # an empty C needs no kernel (and CUDA refuses an empty grid)
         return None, "", {}
     family, config, entry = find_entry(_identity(device), m, n, k, dtype, layout, deterministic)
+    return entry_plan(device, entry, m, n, k, dtype, layout), family, config
+
+
+def entry_plan(device: launch.Device, entry: store.Entry, m: int, n: int, k: int, dtype: str,
+               layout: str = "NN") -> launch.Plan:
+    """The launch plan of a stored kernel for an (M x K) @ (K x N) product in `layout` on `device`,
+    the cubin loaded once per process."""
     loaded = _loaded.get(entry.key)
     if loaded is None:
         loaded = _loaded[entry.key] = launch.load(entry.cubin, entry.name, entry.dynamic_shared)
@@ -178,7 +185,7 @@ def _plan(device: launch.Device, kind: str, a: Operand, stream, m: int, n: int, 
     words, slots = launch.pack_arguments(memory_shapes(m, n, k, layout), itemsize)
     zero = m * n * itemsize // 4 if entry.splits > 1 else 0
     grid = launch.grid_for(m, n, entry.tile, entry.splits)
-    return launch.Plan(loaded, device, grid, entry.block, words, slots, zero), family, config
+    return launch.Plan(loaded, device, grid, entry.block, words, slots, zero)
 
 
 def _refuse_during_capture(raw: int, m: int, n: int, k: int, dtype: str, device: int) -> None:

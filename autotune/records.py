@@ -1,8 +1,10 @@
-"""The data mmtune ships inside the package: tuned records per GPU model and the bench suites.
+"""The data mmtune ships inside the package: tuned records and measured tables per GPU model, and
+the bench suites.
 
 autotune/data/records/<gpu>.json holds a GPU model's records in the export format (a JSON list
-of cache rows, as `mmtune export` writes); autotune/data/suites.json names the bench suites. They
-are read through importlib.resources, so an installed wheel finds them just as a checkout does.
+of cache rows, as `mmtune export` writes); autotune/data/measured/<gpu>.json its measured table
+(autotune.neighbours); autotune/data/suites.json names the bench suites. They are read through
+importlib.resources, so an installed wheel finds them just as a checkout does.
 `promote` merges tuned rows into a GPU's records file: the one command that changes them.
 """
 
@@ -43,6 +45,12 @@ def shipped_rows(device: str | None = None, dtype: str | None = None) -> list[di
             raise RecordsError(f"shipped records {entry.name}: {error}") from None
         rows += [decode(r) for r in found if device in (None, r["device"]) and dtype in (None, r["dtype"])]
     return rows
+
+
+def measured_tables() -> list[dict]:
+    """The shipped measured tables (autotune.neighbours), one per GPU model."""
+    return [json.loads(entry.read_text()) for entry in sorted(DATA.joinpath("measured").iterdir(), key=lambda e: e.name)
+            if entry.name.endswith(".json")]
 
 
 def suites() -> dict[str, list[str]]:

@@ -3,19 +3,21 @@
 Where a config comes from: the rows of the local cache and the records shipped in the package,
 for this dtype, ranked in this order (the first that fits wins):
   1. exact    a row for this (M, N, K)
-  2. nearest  a row for the tuned shape closest by autotune.cache.shape_distance (log2 scale;
+  2. measured the candidate that the nearest shapes of a shipped measured table rate best
+              (autotune.neighbours), where a table of this dtype and architecture ships
+  3. nearest  a row for the tuned shape closest by autotune.cache.shape_distance (log2 scale;
               doubling one dimension = 1) within NEAREST_MAX_DISTANCE, if its config loads the GPU
               alike at this shape (autotune.model.similar_load: about as many blocks, waves as full)
-  3. model    the cheapest config by the cost model fitted on the usable rows (autotune.model):
+  4. model    the cheapest config by the cost model fitted on the usable rows (autotune.model):
               their tiles, vector tiles with every K-split too
-  4. default  the register family's DEFAULT config, where no row of this architecture exists
-Within steps 1 and 2 rows are ranked by the layout they were tuned for (`layout_rank`: a row of
+  5. default  the register family's DEFAULT config, where no row of this architecture exists
+Within steps 1 and 3 rows are ranked by the layout they were tuned for (`layout_rank`: a row of
 the layout asked, then an NN row, whose config serves every layout, built for the one asked; rows
 of other layouts are not used), then by the GPU they were measured on: this GPU model, then one
 of the same compute capability and SM count, then one of the same compute capability (rows of
 other architectures are never used); then the faster (exact) or the closer (nearest) row. A row
 measured on other kernel code than today's (its source hash differs) is stale: it is used only
-when no fresh row fits at steps 1 and 2, with a one-time warning to re-tune. A deterministic
+when no fresh row fits at steps 1 and 3, with a one-time warning to re-tune. A deterministic
 lookup skips every config that splits K (their atomic additions land in any order), at every step.
 Lookups and built kernels are memoized per process; call `clear()` after tuning in-process.
 """
@@ -30,7 +32,7 @@ from typing import Callable
 import numpy as np
 
 import kernels
-from autotune import backends, records
+from autotune import backends, neighbours, records
 from autotune.backends import Device
 from autotune.cache import Cache, CacheError, shape_distance, stale
 from autotune.model import predict, similar_load
@@ -47,7 +49,7 @@ GPU_MATCHES = ("this GPU model", "same compute capability and SM count", "same c
 class Choice:
     family: str
     config: dict
-    source: str  # exact | nearest | model | default
+    source: str  # exact | measured | nearest | model | default
     device: str  # this GPU
     tuned_shape: tuple[int, int, int] | None = None  # the shape the config was tuned for
     distance: float | None = None  # shape_distance to tuned_shape
@@ -57,7 +59,9 @@ class Choice:
     gpu_match: str | None = None  # one of GPU_MATCHES
     stale: bool = False  # measured on other kernel code than today's
     tuned_layout: str | None = None  # the layout the row was tuned for (kernels.LAYOUTS)
-    basis: str | None = None  # for source "model": the row its tile comes from and the predicted time
+    #: for sources "measured" and "model": what the pick rests on (the measured shapes and how the
+    #: config fared there; the row its tile comes from and the predicted time)
+    basis: str | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,10 @@ def _find(m: int, n: int, k: int, dtype: str, device: Device, layout: str = "NN"
             order = (is_stale, distance > 0, served, match, distance, -row["gflops"], origin != "cache")
             ranked.append((order, origin, row, match, distance, is_stale))
     best = min(ranked, key=lambda entry: entry[0]) if ranked else None
+    if best is None or best[4] > 0:
+        measured = _measured(m, n, k, dtype, device, deterministic)
+        if measured is not None:
+            return measured
     if best is None or (best[4] > 0 and not similar_load(best[2], m, n, k, device)):
         fresh = [row for is_stale, row in usable if not is_stale] or [row for _, row in usable]
         prediction = predict(m, n, k, dtype, device, fresh, deterministic)
@@ -149,6 +157,25 @@ def _find(m: int, n: int, k: int, dtype: str, device: Device, layout: str = "NN"
         (row["m"], row["n"], row["k"]), distance, row["gflops"], origin, row["device"], GPU_MATCHES[match], is_stale,
         row.get("layout") or "NN",
     )
+
+
+def _measured(m: int, n: int, k: int, dtype: str, device: Device, deterministic: bool) -> Choice | None:
+    """The measured table's pick (autotune.neighbours) from the table of the GPU closest to this
+    one (GPU_MATCHES), or None where no table of this dtype and architecture ships."""
+    if "measured" not in _shipped:
+        _shipped["measured"] = records.measured_tables()
+    usable = [(match, table) for table in _shipped["measured"]
+              if table["dtype"] == dtype and (match := gpu_match(table, device)) is not None]
+    if not usable or not device.sm_count:
+        return None
+    match, table = min(usable, key=lambda entry: (entry[0], entry[1]["device"]))
+    limits = DeviceLimits.for_cc(device.cc)
+    pick = neighbours.choose(table, m, n, k, device.sm_count, deterministic,
+                             feasible=lambda family, params: infeasibility(family, params, dtype, limits) is None)
+    if pick is None:
+        return None
+    return Choice(pick.family, pick.config, "measured", device.name, measured_on=table["device"],
+                  gpu_match=GPU_MATCHES[match], basis=pick.basis)
 
 
 def layout_rank(row: dict, layout: str) -> int | None:

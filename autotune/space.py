@@ -77,13 +77,28 @@ def shape_guesses(m: int, n: int, k: int, dtype: str, limits: DeviceLimits, sm_c
         tiles.append({"bm": 64, "bn": 64, "bk": 32, "tm": 8, "tn": 4})
     guesses = []
     for tile in tiles:
-        blocks = -(-m // tile["bm"]) * -(-n // tile["bn"])
-        splits = 1
-        while blocks * splits < 2 * sm_count and k >= 2 * splits * 4 * tile["bk"] and splits < 32:
-            splits *= 2
+        splits = wave_splits(m, n, k, tile, sm_count)
         family, params = ("splitk", {**tile, "splits": splits}) if splits > 1 else ("vector", tile)
         guesses += [_deepest(family, {**pipeline, **params}, dtype, limits), _deepest("vector", {**pipeline, **tile}, dtype, limits)]
     return list(dict.fromkeys(c for c in guesses if c is not None))
+
+
+#: K-splits by wave arithmetic: double them while the blocks fill fewer than this many waves...
+SPLIT_WAVES = 2
+#: ...and every split keeps at least this many k-steps of BK
+MIN_SPLIT_STEPS = 4
+MAX_SPLITS = 32
+
+
+def wave_splits(m: int, n: int, k: int, tile: dict, sm_count: int) -> int:
+    """How many ways to split K for a BM x BN tile: the fewest (a power of 2) giving SPLIT_WAVES
+    waves of blocks over `sm_count` SMs, as long as each split keeps MIN_SPLIT_STEPS k-steps."""
+    blocks = -(-m // tile["bm"]) * -(-n // tile["bn"])
+    splits = 1
+    while (blocks * splits < SPLIT_WAVES * sm_count and k >= 2 * splits * MIN_SPLIT_STEPS * tile["bk"]
+           and splits < MAX_SPLITS):
+        splits *= 2
+    return splits
 
 
 def _deepest(family: str, params: dict, dtype: str, limits: DeviceLimits) -> Config | None:

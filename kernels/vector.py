@@ -36,7 +36,8 @@ from .base import (
     DEFAULT_DYNAMIC_SHARED, DeviceLimits, Family, Kernel, itemsize, numba_type, product_shape, tile_origin, unrolled,
 )
 from .intrinsics import (
-    SHARED_ALIGNMENT, async_commit, async_wait, dynamic_shared_array, rows_aligned, vector_load, vector_width,
+    SHARED_ALIGNMENT, async_commit, async_wait, dynamic_shared_array, rows_aligned, scalar_access, vector_load,
+    vector_width,
 )
 from .tiles import loads_per_thread, restrict_tiling, tile_copier, tile_movers
 
@@ -248,6 +249,29 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layo
                       acc)
 
     multiply_all = through_copies if ASYNC else through_registers
+    store_c = scalar_access(offset_bits)[1]
+
+    @cuda.jit(device=True)
+    def write_back(C, M, N, row0, col0, row_base, col_base, acc):
+        """C's tile from the accumulators, with the offsets the loads use and, in a block inside
+        C, no bounds tests; added into C atomically (tested as ever) when K is split."""
+        inside = row0 + BM <= M and col0 + BN <= N
+        for g in range(GM):
+            for i in range(VEC):
+                r = row0 + row_base + g * ROW_GROUP_STEP + i
+                if SPLITS == 1:
+                    if inside or r < M:
+                        for h in range(GN):
+                            for j in range(VEC):
+                                c = col0 + col_base + h * COL_GROUP_STEP + j
+                                if inside or c < N:
+                                    store_c(C, (r, c), acc[g * VEC + i, h * VEC + j])
+                elif r < M:
+                    for h in range(GN):
+                        for j in range(VEC):
+                            c = col0 + col_base + h * COL_GROUP_STEP + j
+                            if c < N:
+                                cuda.atomic.add(C, (r, c), acc[g * VEC + i, h * VEC + j])
 
     def vector_matmul(A, B, C):
         if DYNAMIC:
@@ -274,18 +298,7 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layo
                 acc[i, j] = elem_t(0)
         multiply_all(A, B, sA, sB, k_begin, k_end, row0, col0, tid, row_base, col_base, a_frag, b_frag, acc)
 
-        for g in range(GM):
-            for i in range(VEC):
-                r = row0 + row_base + g * ROW_GROUP_STEP + i
-                if r < M:
-                    for h in range(GN):
-                        for j in range(VEC):
-                            c = col0 + col_base + h * COL_GROUP_STEP + j
-                            if c < N:
-                                if SPLITS == 1:
-                                    C[r, c] = acc[g * VEC + i, h * VEC + j]
-                                else:
-                                    cuda.atomic.add(C, (r, c), acc[g * VEC + i, h * VEC + j])
+        write_back(C, M, N, row0, col0, row_base, col_base, acc)
 
     return Kernel(family, dict(config), dtype, vector_matmul, block=(THREADS,), tile=(BM, BN), splits=SPLITS,
                   min_blocks=config["min_blocks"], layout=layout, offset_bits=offset_bits, unaligned=NARROW,

@@ -20,7 +20,9 @@ SHARED = {"tpb": 8, "pad": 0}
 
 @pytest.fixture(autouse=True)
 def pretend_h100(monkeypatch):
+    """An H100, and no shipped measured table unless a test ships one (tests/test_neighbours.py)."""
     monkeypatch.setenv("MMTUNE_PRETEND_GPU", f"{H100};9.0;132")
+    monkeypatch.setattr(autotune.records, "measured_tables", lambda: [])
     runtime.clear()
 
 

@@ -1,0 +1,101 @@
+"""Shapes nobody tuned take the candidate their nearest measured shapes rate best (autotune.neighbours)."""
+
+import math
+
+import pytest
+
+import autotune
+import autotune.records
+from autotune import neighbours, runtime
+from autotune.records import measured_tables
+from autotune.space import DeviceLimits, infeasibility, wave_splits
+
+SMALL = {"bm": 64, "bn": 64, "bk": 16, "tm": 8, "tn": 4, "pad": 4, "stages": 3, "unroll": True, "fragments": 1,
+         "wide_fetch": True, "async_copy": True, "min_blocks": 1}
+BIG = {**SMALL, "bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 8, "stages": 1, "async_copy": False}
+
+
+def table(*shapes):
+    return {"device": "NVIDIA H200", "cc": "9.0", "sm_count": 132, "dtype": "float32", "layout": "NN",
+            "tiles": [SMALL, BIG], "shapes": [{"m": m, "n": n, "k": k, "cublas_gflops": 100.0, "gflops": speeds}
+                                              for (m, n, k), speeds in shapes]}
+
+
+def test_the_nearest_shapes_vote_and_the_split_follows_the_shape_asked():
+    found = table(((4096, 4096, 4096), {"0:whole": 50.0, "1:whole": 90.0}),
+                  ((2048, 2048, 2048), {"0:whole": 60.0, "1:whole": 80.0}),
+                  ((4096, 2048, 4096), {"0:whole": 40.0, "1:whole": 95.0}),
+                  ((64, 64, 8192), {"0:whole": 10.0, "0:split": 90.0, "1:whole": 5.0}))
+    pick = neighbours.choose(found, 3000, 3000, 3000, 132)
+    assert (pick.family, pick.config) == ("vector", BIG)
+    assert "at the 3 nearest of 4 measured shapes" in pick.basis and "4096x4096x4096 1.00" in pick.basis
+    far = neighbours.choose(table(((64, 64, 8192), {"0:whole": 10.0, "0:split": 90.0})), 100, 100, 16384, 132)
+    assert (far.family, far.config["splits"]) == ("splitk", wave_splits(100, 100, 16384, SMALL, 132))
+    assert far.config["splits"] == 32 and "K split 32 ways" in far.basis
+    # split as the shape asked needs: a shape with blocks for two waves is not split at all
+    whole = neighbours.choose(table(((64, 64, 8192), {"0:split": 90.0})), 8192, 8192, 8192, 132)
+    assert (whole.family, whole.config) == ("vector", SMALL)
+
+
+def test_deterministic_takes_whole_candidates_and_unmeasured_ones_count_low():
+    found = table(((64, 64, 8192), {"0:whole": 10.0, "0:split": 90.0, "1:whole": 20.0}))
+    assert neighbours.choose(found, 64, 64, 8192, 132, deterministic=True).config == BIG
+    # tile 1 was not measured at the second shape: it counts as UNMEASURED of that shape's best
+    found = table(((256, 256, 256), {"0:whole": 50.0, "1:whole": 60.0}), ((512, 512, 512), {"0:whole": 50.0}))
+    shares = {index: [neighbours._speed(s, index, "whole") / max(s["gflops"].values()) for s in found["shapes"]]
+              for index in (0, 1)}
+    assert shares == {0: [50 / 60, 1.0], 1: [1.0, neighbours.UNMEASURED]}
+    assert neighbours.choose(found, 300, 300, 300, 132).config == SMALL
+    assert neighbours.choose(found, 300, 300, 300, 132, feasible=lambda family, params: params != SMALL).config == BIG
+    assert neighbours.choose({**found, "shapes": []}, 300, 300, 300, 132) is None
+
+
+def test_table_of_numbers_tiles_and_keeps_the_fastest_run_of_each_candidate():
+    measured = {"device": "NVIDIA H200", "kernels": {"vector": "abc"}, "shapes": [
+        {"shape": [100, 200, 300], "cublas_gflops": 99.94, "jobs": [
+            {"family": "vector", "params": SMALL, "gflops": 10.04},
+            {"family": "splitk", "params": {**SMALL, "splits": 4}, "gflops": 20.0},
+            {"family": "register", "params": {"bm": 64}, "gflops": 30.0},
+            {"family": "vector", "params": BIG, "gflops": None, "error": "wrong product"}]},
+        {"shape": [1, 2, 3], "jobs": [{"family": "vector", "params": BIG, "gflops": 5.0}]}]}
+    found = neighbours.table_of(measured, "9.0", 132)
+    assert found["tiles"] == [SMALL, BIG] and found["kernels"] == {"vector": "abc"}
+    assert [(s["m"], s["gflops"], s["cublas_gflops"]) for s in found["shapes"]] == [
+        (100, {"0:whole": 10.0, "0:split": 20.0}, 99.9), (1, {"1:whole": 5.0}, 0)]
+    import json
+
+    assert json.loads(neighbours.dumps(found)) == found
+
+
+def test_the_shipped_table_is_usable_and_its_picks_hold_up_leaving_each_shape_out():
+    (shipped,) = [t for t in measured_tables() if t["device"] == "NVIDIA H200"]
+    limits = DeviceLimits.for_cc(shipped["cc"])
+    for tile in shipped["tiles"]:
+        for family, params in (("vector", tile), ("splitk", {**tile, "splits": 4})):
+            assert infeasibility(family, params, "float32", limits) is None
+    assert len(shipped["shapes"]) >= 40 and all(s["gflops"] for s in shipped["shapes"])
+    found = neighbours.leave_one_out(shipped, shipped["sm_count"])
+    of_best = math.exp(sum(math.log(r["of_best"]) for r in found) / len(found))
+    assert of_best >= 0.85, of_best  # docs/performance.md, step 23: 0.91
+
+
+@pytest.fixture
+def pretend(monkeypatch):
+    def to_be(gpu: str):
+        monkeypatch.setenv("MMTUNE_PRETEND_GPU", gpu)
+        runtime.clear()
+
+    yield to_be
+    runtime.clear()
+
+
+def test_lookup_serves_the_measured_pick_to_shapes_without_an_exact_row(pretend):
+    pretend("NVIDIA H100 80GB HBM3;9.0;132")
+    choice = autotune.lookup(3001, 997, 77)
+    assert (choice.source, choice.measured_on, choice.gpu_match) == ("measured", "NVIDIA H200", "same compute capability and SM count")
+    assert choice.basis.startswith("measured: tile ")
+    assert autotune.lookup(4096, 4096, 4096).source == "exact"  # a tuned row of the very shape goes first
+    assert autotune.lookup(16, 8192, 8192 - 16, deterministic=True).family != "splitk"
+    assert autotune.lookup(3001, 997, 77, dtype="float64").source != "measured"  # no float64 table ships
+    pretend("NVIDIA A100-SXM4-80GB;8.0;108")
+    assert autotune.lookup(3001, 997, 77).source == "default"  # neither rows nor a table of its architecture
