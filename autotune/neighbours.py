@@ -1,15 +1,16 @@
 """Configs for shapes nobody tuned, chosen from measurements at the nearest measured shapes.
 
 A measured table (shipped per GPU model as autotune/data/measured/<gpu>.json, made by
-studies/step23_table.py and `table_of`) holds, for each of many training shapes, the speed of
-every candidate: a tile of the shipped records or of the shape rule, run whole (`vector`) or with
-K split by wave arithmetic (`splitk`, autotune.space.wave_splits), all timed through the call path
-on one GPU. For a shape asked, its NEIGHBOURS nearest training shapes (autotune.cache.shape_distance)
+studies/step24_table.py and `table_of`) holds, for each of many training shapes, the speed of
+every candidate, all timed through the call path on one GPU. A candidate is a tile (of the
+shipped records, of the shape rule, or a skinny variant) and a split policy: at a shape, the tile
+is fitted to it (autotune.space.fit_tile: a side longer than the product's shrinks) and K is
+split as the policy's wave arithmetic says there (autotune.space.SPLIT_POLICIES), which may be
+not at all. For a shape asked, its NEIGHBOURS nearest training shapes (autotune.cache.shape_distance)
 vote: a candidate scores the mean, weighted by 1 / (1 + distance), of the log of its speed over
-the best speed at each neighbour, and the best score wins. The winner's K-split is then worked
-out for the shape asked and this GPU's SMs, so a tile measured split at one shape is split as
-this shape needs. Measured speeds transfer better than a tuned row's lone config or the cost
-model's prices (`leave_one_out` measures it on the table itself; docs/performance.md, step 23).
+the best speed at each neighbour, and the best score wins, fitted and split for the shape asked.
+Measured speeds transfer better than a tuned row's lone config or the cost model's prices
+(`leave_one_out` measures it on the table itself; docs/performance.md, steps 23 and 24).
 """
 
 from __future__ import annotations
@@ -19,19 +20,20 @@ import math
 from dataclasses import dataclass
 
 from autotune.cache import shape_distance
-from autotune.space import wave_splits
+from autotune.space import SPLIT_POLICIES, fit_tile, policy_splits
 
 NEIGHBOURS = 3
 #: a candidate not measured at a neighbour (its tile was not tried there) counts as this share
 #: of that neighbour's best
 UNMEASURED = 0.3
-POLICIES = ("whole", "split")
+POLICIES = tuple(SPLIT_POLICIES)
 
 
 @dataclass(frozen=True)
 class Pick:
     family: str
     config: dict
+    name: str  # the candidate: "<tile index>:<policy>"
     basis: str  # the neighbours it was measured at and how it fared there
 
 
@@ -40,52 +42,61 @@ def candidate_name(tile_index: int, policy: str) -> str:
 
 
 def config_for(tile: dict, policy: str, m: int, n: int, k: int, sm_count: int) -> tuple[str, dict]:
-    """The (family, params) of a candidate at (M, N, K): a split candidate splits K as wave
-    arithmetic asks there, which may be not at all."""
-    splits = wave_splits(m, n, k, tile, sm_count) if policy == "split" else 1
-    return ("splitk", {**tile, "splits": splits}) if splits > 1 else ("vector", dict(tile))
+    """The (family, params) of a candidate at (M, N, K): its tile fitted to the shape, K split as
+    its policy asks there, which may be not at all."""
+    fitted = fit_tile(tile, m, n, k)
+    splits = policy_splits(policy, m, n, k, fitted, sm_count)
+    return ("splitk", {**fitted, "splits": splits}) if splits > 1 else ("vector", fitted)
 
 
 def choose(table: dict, m: int, n: int, k: int, sm_count: int, deterministic: bool = False,
            feasible=lambda family, params: True) -> Pick | None:
     """The candidate of `table` its NEIGHBOURS nearest shapes rate best for (M, N, K); with
-    `deterministic`, whole candidates only. None for an empty table."""
+    `deterministic`, only candidates that leave K whole there. None for an empty table."""
+    found = ranked(table, m, n, k, sm_count, deterministic, feasible, count=1)
+    return found[0] if found else None
+
+
+def ranked(table: dict, m: int, n: int, k: int, sm_count: int, deterministic: bool = False,
+           feasible=lambda family, params: True, count: int | None = None) -> list[Pick]:
+    """The candidates as `choose` rates them for (M, N, K), best first, each config once; `count`
+    of them at most."""
     shapes = table["shapes"]
     if not shapes:
-        return None
+        return []
     near = sorted(shapes, key=lambda s: (shape_distance((m, n, k), (s["m"], s["n"], s["k"])), s["m"], s["n"], s["k"]))
     near = near[:NEIGHBOURS]
     weights = [1 / (1 + shape_distance((m, n, k), (s["m"], s["n"], s["k"]))) for s in near]
-    names = sorted({name for s in near for name in s["gflops"]})
     scored = []
-    for name in names:
+    for name in sorted({name for s in near for name in s["gflops"]}):
         index, policy = name.split(":")
-        if deterministic and policy == "split":
-            continue
         family, params = config_for(table["tiles"][int(index)], policy, m, n, k, sm_count)
-        if not feasible(family, params):
+        if (deterministic and family == "splitk") or not feasible(family, params):
             continue
-        score = sum(w * math.log(_speed(s, int(index), policy) / max(s["gflops"].values()))
-                    for w, s in zip(weights, near)) / sum(weights)
-        scored.append((score, name, family, params))
-    if not scored:
-        return None
-    score, name, family, params = max(scored, key=lambda entry: (entry[0], entry[1]))
-    index, policy = name.split(":")
-    fared = ", ".join(f"{s['m']}x{s['n']}x{s['k']} {_speed(s, int(index), policy) / max(s['gflops'].values()):.2f}"
-                      for s in near)
-    split = f", K split {params['splits']} ways" if family == "splitk" else ""
-    basis = (f"measured: tile {index} of {table['device']}'s table{split}; at the {len(near)} nearest of "
-             f"{len(shapes)} measured shapes it ran at {fared} of the best")
-    return Pick(family, params, basis)
+        score = sum(w * math.log(_speed(s, name) / max(s["gflops"].values())) for w, s in zip(weights, near))
+        scored.append((score / sum(weights), name, family, params))
+    picks, seen = [], []
+    for score, name, family, params in sorted(scored, key=lambda entry: (entry[0], entry[1]), reverse=True):
+        if (family, params) in seen:
+            continue
+        seen.append((family, params))
+        fared = ", ".join(f"{s['m']}x{s['n']}x{s['k']} {_speed(s, name) / max(s['gflops'].values()):.2f}" for s in near)
+        split = f", K split {params['splits']} ways" if family == "splitk" else ""
+        basis = (f"measured: tile {index_of(name)} of {table['device']}'s table{split}; at the {len(near)} nearest of "
+                 f"{len(shapes)} measured shapes it ran at {fared} of the best")
+        picks.append(Pick(family, params, name, basis))
+        if count is not None and len(picks) == count:
+            break
+    return picks
 
 
-def _speed(shape: dict, index: int, policy: str) -> float:
-    """A candidate's GFLOPS at a measured shape; a split candidate that wave arithmetic left whole
-    there is its whole run."""
-    found = shape["gflops"]
-    value = found.get(candidate_name(index, policy)) or found.get(candidate_name(index, "whole"))
-    return value or UNMEASURED * max(found.values())
+def index_of(name: str) -> int:
+    return int(name.split(":")[0])
+
+
+def _speed(shape: dict, name: str) -> float:
+    """A candidate's GFLOPS at a measured shape, or UNMEASURED of the best there."""
+    return shape["gflops"].get(name) or UNMEASURED * max(shape["gflops"].values())
 
 
 def leave_one_out(table: dict, sm_count: int) -> list[dict]:
@@ -95,36 +106,29 @@ def leave_one_out(table: dict, sm_count: int) -> list[dict]:
     for index, shape in enumerate(table["shapes"]):
         others = {**table, "shapes": table["shapes"][:index] + table["shapes"][index + 1:]}
         pick = choose(others, shape["m"], shape["n"], shape["k"], sm_count)
-        tile = {k: v for k, v in pick.config.items() if k != "splits"}
-        policy = "split" if pick.family == "splitk" else "whole"
-        speed = _speed(shape, table["tiles"].index(tile), policy)
+        speed = _speed(shape, pick.name)
         best = max(shape["gflops"].values())
-        found.append({"m": shape["m"], "n": shape["n"], "k": shape["k"], "of_best": speed / best,
+        found.append({"m": shape["m"], "n": shape["n"], "k": shape["k"], "pick": pick.name, "of_best": speed / best,
                       "vs_cublas": speed / shape["cublas_gflops"] if shape.get("cublas_gflops") else None})
     return found
 
 
 def table_of(measured: dict, cc: str, sm_count: int) -> dict:
-    """A table from studies/step23_table.py's output: its vector and splitk jobs per shape, the
-    tiles numbered in order of first appearance."""
-    tiles: list[dict] = []
+    """A table from studies/step24_table.py's output: its candidate tiles, and per shape the
+    speed of every candidate (the speed of the config it came to there) that ran."""
     shapes = []
     for entry in measured["shapes"]:
         speeds = {}
         for job in entry["jobs"]:
-            if job["family"] not in ("vector", "splitk") or not job.get("gflops"):
-                continue
-            tile = {k: v for k, v in job["params"].items() if k != "splits"}
-            if tile not in tiles:
-                tiles.append(tile)
-            name = candidate_name(tiles.index(tile), "split" if job["family"] == "splitk" else "whole")
-            speeds[name] = max(speeds.get(name, 0.0), round(job["gflops"], 1))
+            if job.get("gflops"):
+                for name in job.get("candidates", ()):
+                    speeds[name] = round(job["gflops"], 1)
         if speeds:
             m, n, k = entry["shape"]
             shapes.append({"m": m, "n": n, "k": k, "cublas_gflops": round(entry.get("cublas_gflops") or 0, 1),
                            "gflops": speeds})
     return {"device": measured["device"], "cc": cc, "sm_count": sm_count, "dtype": "float32", "layout": "NN",
-            "kernels": measured.get("kernels", {}), "tiles": tiles, "shapes": shapes}
+            "kernels": measured.get("kernels", {}), "tiles": measured["tiles"], "shapes": shapes}
 
 
 def dumps(table: dict) -> str:

@@ -59,27 +59,57 @@ def sample_configs(
 SKINNY = 64
 
 
+#: what the shape rule's tiles are built with: a 4-stage pipeline of asynchronous copies
+PIPELINE = {"pad": 4, "stages": 4, "unroll": True, "fragments": 1, "wide_fetch": True, "async_copy": True,
+            "min_blocks": 1}
+#: the rule's tiles, before fit_tile shrinks them to the shape: a skinny product's short side and
+#: long side, and 64x64 tiles for shapes that 128x128 tiles would leave with fewer blocks than SMs
+SKINNY_TILE = {"bm": 128, "bn": 128, "bk": 32, "tm": 8, "tn": 8}
+FEW_TILE = {"bm": 64, "bn": 64, "bk": 32, "tm": 8, "tn": 4}
+#: fit_tile's smallest side, the smallest register tile side the families take, and a warp
+MIN_FIT_SIDE, MIN_FIT_THREAD_SIDE, MIN_FIT_THREADS = 16, 4, 32
+
+
+def fit_tile(tile: dict, m: int, n: int, k: int) -> dict:
+    """`tile` with each side longer than the product's shrunk to the next power of 2 that covers
+    the product (at least MIN_FIT_SIDE), since rows and columns past C, and steps past K, are
+    pure waste: BM to M, BN to N, BK to K. A shrunk side keeps its threads where it can, taking a
+    smaller register tile (not under MIN_FIT_THREAD_SIDE); a block keeps a warp of threads."""
+    fitted = dict(tile)
+    for side, thread_side, length in (("bm", "tm", m), ("bn", "tn", n)):
+        size = max(MIN_FIT_SIDE, 1 << (max(length, 1) - 1).bit_length())
+        if size < tile[side]:
+            threads = tile[side] // tile[thread_side]
+            fitted[side] = size
+            fitted[thread_side] = max(MIN_FIT_THREAD_SIDE, min(tile[thread_side], size // threads))
+    def threads():
+        return (fitted["bm"] // fitted["tm"]) * (fitted["bn"] // fitted["tn"])
+
+    for side in ("bn", "bm"):
+        while threads() < MIN_FIT_THREADS and fitted[side] < tile[side]:
+            fitted[side] *= 2
+    if "bk" in tile:
+        fitted["bk"] = min(tile["bk"], max(8, 1 << (max(k, 1) - 1).bit_length()))
+    return fitted
+
+
 def shape_guesses(m: int, n: int, k: int, dtype: str, limits: DeviceLimits, sm_count: int) -> list[Config]:
     """Configs a rule picks for a shape that big square tiles would leave the GPU idle on:
-    - skinny (M or N <= SKINNY): the short side in one tile of the next power of 2 (at least 16),
-      so the long operand streams through once, 16-byte moves, and K split for two waves;
-    - few tiles (fewer 128x128 tiles than SMs): 64x64 tiles in a 4-stage pipeline, and the same
-      with K split for two waves.
-    Each is a split-K config only where K leaves every split at least 4 steps of BK."""
-    pipeline = {"pad": 4, "stages": 4, "unroll": True, "fragments": 1, "wide_fetch": True, "async_copy": True,
-                "min_blocks": 1}
+    - skinny (M or N <= SKINNY): SKINNY_TILE fitted to the shape (fit_tile), so the short side is
+      one tile of the next power of 2 and the long operand streams through once, with K split
+      for two waves;
+    - few tiles (fewer 128x128 tiles than SMs): FEW_TILE, whole and with K split for two waves.
+    Each is a split-K config only where K leaves every split at least MIN_SPLIT_STEPS steps."""
     tiles = []
     if min(m, n) <= SKINNY:
-        short = max(16, 1 << (min(m, n) - 1).bit_length())
-        tall = {"bm": 128, "bn": short, "tm": 8, "tn": 4} if n < m else {"bm": short, "bn": 128, "tm": 4, "tn": 8}
-        tiles.append({**tall, "bk": 32})
+        tiles.append(fit_tile(SKINNY_TILE, m, n, k))
     elif -(-m // 128) * -(-n // 128) < sm_count:
-        tiles.append({"bm": 64, "bn": 64, "bk": 32, "tm": 8, "tn": 4})
+        tiles.append(FEW_TILE)
     guesses = []
     for tile in tiles:
         splits = wave_splits(m, n, k, tile, sm_count)
         family, params = ("splitk", {**tile, "splits": splits}) if splits > 1 else ("vector", tile)
-        guesses += [_deepest(family, {**pipeline, **params}, dtype, limits), _deepest("vector", {**pipeline, **tile}, dtype, limits)]
+        guesses += [_deepest(family, {**PIPELINE, **params}, dtype, limits), _deepest("vector", {**PIPELINE, **tile}, dtype, limits)]
     return list(dict.fromkeys(c for c in guesses if c is not None))
 
 
@@ -87,18 +117,28 @@ def shape_guesses(m: int, n: int, k: int, dtype: str, limits: DeviceLimits, sm_c
 SPLIT_WAVES = 2
 #: ...and every split keeps at least this many k-steps of BK
 MIN_SPLIT_STEPS = 4
-MAX_SPLITS = 32
+MAX_SPLITS = 128
+#: how a candidate splits K (autotune.neighbours): not at all, for SPLIT_WAVES waves with
+#: MIN_SPLIT_STEPS steps each, or "deep", for 8 waves with as few as 2 steps each, which a tiny
+#: C over a long K needs to keep the SMs busy
+SPLIT_POLICIES = {"whole": None, "split": (SPLIT_WAVES, MIN_SPLIT_STEPS), "deep": (8, 2)}
 
 
-def wave_splits(m: int, n: int, k: int, tile: dict, sm_count: int) -> int:
-    """How many ways to split K for a BM x BN tile: the fewest (a power of 2) giving SPLIT_WAVES
-    waves of blocks over `sm_count` SMs, as long as each split keeps MIN_SPLIT_STEPS k-steps."""
+def wave_splits(m: int, n: int, k: int, tile: dict, sm_count: int, waves: int = SPLIT_WAVES,
+                min_steps: int = MIN_SPLIT_STEPS) -> int:
+    """How many ways to split K for a BM x BN tile: the fewest (a power of 2) giving `waves`
+    waves of blocks over `sm_count` SMs, as long as each split keeps `min_steps` k-steps."""
     blocks = -(-m // tile["bm"]) * -(-n // tile["bn"])
     splits = 1
-    while (blocks * splits < SPLIT_WAVES * sm_count and k >= 2 * splits * MIN_SPLIT_STEPS * tile["bk"]
-           and splits < MAX_SPLITS):
+    while blocks * splits < waves * sm_count and k >= 2 * splits * min_steps * tile["bk"] and splits < MAX_SPLITS:
         splits *= 2
     return splits
+
+
+def policy_splits(policy: str, m: int, n: int, k: int, tile: dict, sm_count: int) -> int:
+    """The K-splits SPLIT_POLICIES[policy] gives a tile at (M, N, K)."""
+    rule = SPLIT_POLICIES[policy]
+    return 1 if rule is None else wave_splits(m, n, k, tile, sm_count, *rule)
 
 
 def _deepest(family: str, params: dict, dtype: str, limits: DeviceLimits) -> Config | None:

@@ -18,12 +18,15 @@ from optuna.trial import TrialState
 
 import kernels
 from autotune.cache import Cache, nearest_rows
-from autotune.records import shipped_rows
+from autotune.neighbours import ranked
+from autotune.records import measured_tables, shipped_rows
 from autotune.storage import masked, reap_dead_trials, setup_lock
 from autotune.space import default_config, distributions, infeasibility, shape_guesses, trial_params
 from kernels.base import Config
 
 WARM_START_SHAPES = 3
+#: the measured table's best candidates for the shape that a cold study tries early
+MEASURED_GUESSES = 4
 MEASURED = (TrialState.COMPLETE, TrialState.FAIL)
 OWNER = f"{socket.gethostname()}:{os.getpid()}"  # who runs a trial: to tell abandoned ones
 
@@ -122,6 +125,7 @@ def _alive(pid: int) -> bool:
 def warm_start(cache: Cache, device: str, dtype: str, shape, families: list[str], limits,
                sm_count: int = 0, cc: str | None = None) -> list[Config]:
     """The configs the shape rule picks for skinny and few-tile shapes (space.shape_guesses), the
+    measured table's MEASURED_GUESSES best candidates for the shape (measured_guesses), the
     bests of the nearest tuned shapes (cached, then shipped; then shipped for other GPU models of
     compute capability `cc`, which lookup serves this one until it has rows of its own), then the
     default config of each family searched, best guess first (kernels.FAMILIES order). Workers
@@ -133,6 +137,7 @@ def warm_start(cache: Cache, device: str, dtype: str, shape, families: list[str]
         kin = [row for row in shipped_rows(None, dtype) if row["device"] != device and row.get("cc") == cc]
         tuned += nearest_rows(kin, shape, WARM_START_SHAPES)
     candidates = shape_guesses(*shape, dtype, limits, sm_count) if sm_count else []
+    candidates += measured_guesses(device, cc, dtype, shape, sm_count, limits)
     candidates += [Config.of(row["family"], row["params"]) for _, row in tuned]
     candidates += [Config.of(f, default_config(f)) for f in kernels.FAMILIES if f in families]
     chosen = []
@@ -141,3 +146,15 @@ def warm_start(cache: Cache, device: str, dtype: str, shape, families: list[str]
                 and infeasibility(config.family, config.params, dtype, limits) is None):
             chosen.append(config)
     return chosen
+
+
+def measured_guesses(device: str, cc: str | None, dtype: str, shape, sm_count: int, limits) -> list[Config]:
+    """The MEASURED_GUESSES candidates the measured table of this GPU model (else of one of compute
+    capability `cc`) rates best for the shape (autotune.neighbours), as lookup would serve them."""
+    tables = [t for t in measured_tables() if t["dtype"] == dtype and (t["device"] == device or (cc and t["cc"] == cc))]
+    if not tables or not sm_count:
+        return []
+    table = min(tables, key=lambda t: (t["device"] != device, t["device"]))
+    picks = ranked(table, *shape, sm_count, count=MEASURED_GUESSES,
+                   feasible=lambda family, params: infeasibility(family, params, dtype, limits) is None)
+    return [Config.of(pick.family, pick.config) for pick in picks]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from . import vector
 from .base import DeviceLimits, Family, Kernel
 
-SPACE = {**vector.SPACE, "splits": [2, 4, 8, 16, 32]}
+SPACE = {**vector.SPACE, "splits": [2, 4, 8, 16, 32, 64, 128]}
 DEFAULT = {**vector.DEFAULT, "splits": 4}
 shared_bytes = vector.shared_bytes
 

@@ -150,6 +150,26 @@ def timed(device: TorchDevice, call, ops: Operands) -> tuple[float | None, str |
     return statistics.median(timer.sample() for _ in range(SAMPLES)), None
 
 
+def time_job(device: TorchDevice, gpu, root: Path, failed: dict, j: dict, ops: Operands) -> None:
+    """Time job `j` on `ops` through the driver plan of its stored kernel: sets its error, or its
+    registers and GFLOPS."""
+    import torch
+
+    from autotune import calls
+
+    j["error"] = failed.get(build_key(j))
+    if j["error"]:
+        return
+    family, params, dtype, bits, unaligned = build_key(j)
+    entry = store.read(store.key_parts(family, json.loads(params), dtype, ARCH, root, "NN", bits, unaligned), root)
+    m, n, k = j["shape"]
+    plan = calls.entry_plan(gpu, entry, m, n, k, dtype)
+    j["registers"] = entry.header.get("registers")
+    seconds, j["error"] = timed(device, lambda: plan.launch(ops.A.data_ptr(), ops.B.data_ptr(), ops.C.data_ptr(),
+                                                             torch.cuda.current_stream().cuda_stream), ops)
+    j["gflops"] = 2 * m * n * k / seconds / 1e9 if seconds else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -177,7 +197,7 @@ def main() -> None:
 
     import torch
 
-    from autotune import calls, launch
+    from autotune import launch
     from kernels import source_hashes
 
     device = TorchDevice()
@@ -196,18 +216,7 @@ def main() -> None:
         blas, _ = timed(device, lambda: torch.matmul(ops.A, ops.B, out=ops.C), ops)
         flops = 2 * m * n * k
         for j in group:
-            j["error"] = failed.get(build_key(j))
-            if j["error"]:
-                continue
-            family, params, dtype_, bits, unaligned = build_key(j)
-            entry = store.read(store.key_parts(family, json.loads(params), dtype_, ARCH, root, "NN", bits, unaligned),
-                               root)
-            plan = calls.entry_plan(gpu, entry, m, n, k, dtype)
-            j["registers"] = entry.header.get("registers")
-            seconds, j["error"] = timed(
-                device, lambda: plan.launch(ops.A.data_ptr(), ops.B.data_ptr(), ops.C.data_ptr(),
-                                            torch.cuda.current_stream().cuda_stream), ops)
-            j["gflops"] = flops / seconds / 1e9 if seconds else None
+            time_job(device, gpu, root, failed, j, ops)
         done = [j for j in group if j.get("gflops")]
         best = max(done, key=lambda j: j["gflops"]) if done else None
         picked = [j for j in group if j.get("lookup") or j["source"] == "record"]

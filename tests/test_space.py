@@ -7,6 +7,8 @@ from autotune.space import (
     default_config,
     feasible_configs,
     infeasibility,
+    fit_tile,
+    policy_splits,
     sample_configs,
     shape_guesses,
     suggest,
@@ -116,6 +118,29 @@ def test_parse_report_reads_the_assembler_lines():
 def test_parse_report_refuses_a_log_without_the_numbers():
     with pytest.raises(ValueError, match="in the assembler's report"):
         parse_report("ptxas fatal: something else")
+
+
+def test_fit_tile_shrinks_the_sides_longer_than_the_product_keeping_threads_where_it_can():
+    tile = {"bm": 128, "bn": 128, "bk": 32, "tm": 8, "tn": 8}
+    assert fit_tile(tile, 4096, 4096, 4096) == tile
+    assert fit_tile(tile, 25, 3000, 5000) == {**tile, "bm": 32, "tm": 4}  # 8 rows of threads of 4
+    assert fit_tile(tile, 3000, 1, 5000) == {**tile, "bn": 16, "tn": 4}
+    assert fit_tile(tile, 49, 60, 20) == {"bm": 64, "bn": 64, "bk": 32, "tm": 4, "tn": 4}
+    assert fit_tile(tile, 100, 100, 5)["bk"] == 8
+    hopper = DeviceLimits.for_cc("9.0")
+    for shape in ((1, 1, 1), (3, 5000, 7), (17, 33, 65), (5000, 60, 3)):
+        fitted = fit_tile({**tile, "pad": 4, "stages": 2, "unroll": True, "fragments": 1, "wide_fetch": True,
+                           "async_copy": True, "min_blocks": 1}, *shape)
+        assert infeasibility("vector", fitted, "float32", hopper) is None, shape
+
+
+def test_split_policies_split_for_their_waves():
+    tile = {"bm": 64, "bn": 64, "bk": 32}
+    assert policy_splits("whole", 64, 64, 4096, tile, 132) == 1
+    assert policy_splits("split", 64, 64, 4096, tile, 132) == 32  # 4 steps of 32 each
+    assert policy_splits("deep", 64, 64, 4096, tile, 132) == 64  # 2 steps each
+    assert policy_splits("deep", 64, 64, 1 << 20, tile, 132) == 128  # as many as MAX_SPLITS
+    assert policy_splits("deep", 4096, 4096, 8192, tile, 132) == 1  # 4096 blocks fill 8 waves whole
 
 
 def test_shape_guesses_fit_skinny_and_few_tile_shapes():

@@ -9,8 +9,10 @@ from autotune.cache import Cache
 from autotune.replay import Replay, config_key
 from autotune.space import FAMILY_NAMES, DeviceLimits, shape_guesses
 from autotune.finalists import FINAL_LAUNCHES, FINALISTS
+import autotune.records
 import autotune.study
-from autotune.study import study_name, warm_start
+from autotune import neighbours
+from autotune.study import MEASURED_GUESSES, measured_guesses, study_name, warm_start
 from kernels.base import Config
 from autotune.tuner import TuneError, TuneRequest, tune
 
@@ -139,6 +141,20 @@ def test_a_gpu_model_without_rows_warm_starts_from_its_architectures_records(mon
     assert configs == [Config.of("register", FAST), Config.of("register", REG)]  # not the other architecture's
     assert warm_start(Cache(), "NVIDIA H100 80GB HBM3", "float32", (100, 80, 64), ["register"],
                       DeviceLimits()) == [Config.of("register", REG)]
+
+
+def test_an_untuned_shape_warm_starts_from_the_measured_tables_best_candidates():
+    """After the shape rule's guesses come the picks lookup would rank first for the shape, from
+    the table of the GPU model, else of its architecture (autotune.neighbours)."""
+    limits = DeviceLimits.for_cc("9.0")
+    shape = (1000, 1000, 1000)
+    (table,) = [t for t in autotune.records.measured_tables() if t["device"] == "NVIDIA H200"]
+    ranked = [Config.of(p.family, p.config) for p in neighbours.ranked(table, *shape, 132, count=MEASURED_GUESSES)]
+    configs = warm_start(Cache(), "NVIDIA H100 80GB HBM3", "float32", shape, ["vector", "splitk"], limits, 132, "9.0")
+    guesses = shape_guesses(*shape, "float32", limits, 132)
+    assert len(ranked) == MEASURED_GUESSES and configs[:len(guesses)] == guesses
+    assert [c for c in configs if c in ranked] == ranked
+    assert not measured_guesses("NVIDIA A100", "8.0", "float32", shape, 108, limits)  # no table of its kind
 
 
 def test_a_cold_study_tries_the_families_defaults_best_guess_first():
