@@ -249,28 +249,41 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layo
                       acc)
 
     multiply_all = through_copies if ASYNC else through_registers
+
+    @cuda.jit(device=True)
+    def edge_origin(row0, col0, M, N):
+        """Where a block works: a tile on the bottom (right) edge of C moves back to end at C's
+        last row (column) where C has a whole tile's worth, so that it moves its tiles without
+        bounds tests like a block inside; it computes rows (columns) of its neighbour again, which
+        write_back leaves to that neighbour."""
+        return (M - BM if row0 + BM > M and M >= BM else row0), (N - BN if col0 + BN > N and N >= BN else col0)
+
     store_c = scalar_access(offset_bits)[1]
 
     @cuda.jit(device=True)
     def write_back(C, M, N, row0, col0, row_base, col_base, acc):
         """C's tile from the accumulators, with the offsets the loads use and, in a block inside
-        C, no bounds tests; added into C atomically (tested as ever) when K is split."""
-        inside = row0 + BM <= M and col0 + BN <= N
+        C, no bounds tests; added into C atomically (tested as ever) when K is split. A block
+        moved back from the edge (`edge_origin`) writes only from its own tile's first row `top`
+        and column `left` on: the multiples of BM and BN at or after its origin, worked out again
+        here rather than held in registers all along."""
+        top, left = -(-row0 // BM) * BM, -(-col0 // BN) * BN
+        inside = row0 == top and col0 == left and row0 + BM <= M and col0 + BN <= N
         for g in range(GM):
             for i in range(VEC):
                 r = row0 + row_base + g * ROW_GROUP_STEP + i
                 if SPLITS == 1:
-                    if inside or r < M:
+                    if inside or top <= r < M:
                         for h in range(GN):
                             for j in range(VEC):
                                 c = col0 + col_base + h * COL_GROUP_STEP + j
-                                if inside or c < N:
+                                if inside or left <= c < N:
                                     store_c(C, (r, c), acc[g * VEC + i, h * VEC + j])
-                elif r < M:
+                elif top <= r < M:
                     for h in range(GN):
                         for j in range(VEC):
                             c = col0 + col_base + h * COL_GROUP_STEP + j
-                            if c < N:
+                            if left <= c < N:
                                 cuda.atomic.add(C, (r, c), acc[g * VEC + i, h * VEC + j])
 
     def vector_matmul(A, B, C):
@@ -287,7 +300,8 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layo
         row_base = (tid // TX) * VEC
         col_base = (tid % TX) * VEC
         M, N, K = dims(A, B)
-        row0, col0 = origin(M, N)
+        top, left = origin(M, N)
+        row0, col0 = edge_origin(top, left, M, N)
         k_begin, k_end = 0, K
         if SPLITS > 1:
             k_span = -(-K // (SPLITS * BK)) * BK

@@ -8,6 +8,10 @@
 #                                              guesses, the measured table's 4 best candidates and the shipped
 #                                              record first; the bests exported to OUT/.../tuned.json for
 #                                              `mmtune promote`
+#   bash studies/gpu_step24.sh OUT ab          edge blocks moved back inside C (untested moves) against the step-24
+#                                              kernels (carried in .old/, made by `git archive 9a087c0 kernels | tar
+#                                              -x -C .old`): every shipped record's config at its shape, and every
+#                                              candidate at six probe shapes
 #   bash studies/gpu_step24.sh OUT retime      the shipped records made stale by today's code re-timed
 #                                              (`mmtune warm --retime`), exported to OUT/.../retimed.json
 #   bash studies/gpu_step24.sh OUT peers SUITE...  `mmtune bench --peers` per suite
@@ -23,6 +27,7 @@ python3 -m pip install -q --no-index --no-build-isolation --find-links .whl -e .
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$out/gpu.txt"
 export MMTUNE_CACHE="$out/cache.db"
 quiet() { grep -v "Warning\|warn(\|choice = lookup" ; }
+probes="1000x1000x1000 1500x1500x1500 3000x3000x1000 700x2900x1200 1100x900x3100 2500x800x600"
 while [ $# -gt 0 ]; do
   part=$1; shift
   case "$part" in
@@ -42,6 +47,17 @@ while [ $# -gt 0 ]; do
       done
       python3 -m autotune export --out "$out/tuned.json"
       python3 -m autotune best 2>&1 | quiet > "$out/best.txt"
+      ;;
+    ab)
+      for variant in old shifted; do
+        env=(); [ "$variant" = old ] && env=(PYTHONPATH=.old)
+        echo "== $variant records" | tee -a "$out/ab.txt"
+        env "${env[@]}" timeout 200 python3 studies/step23_table.py --out "$out/ab-$variant-records.json" \
+          --label "$variant" --store "/tmp/store-$variant" --records 2>&1 | quiet | tee -a "$out/ab.txt"
+        echo "== $variant probes" | tee -a "$out/ab.txt"
+        env "${env[@]}" timeout 150 python3 studies/step24_table.py --out "$out/ab-$variant-probes.json" \
+          --store "/tmp/store-$variant" --shapes $probes 2>&1 | quiet | tee -a "$out/ab.txt"
+      done
       ;;
     retime)
       timeout 300 python3 -m autotune warm --retime --arch sm_90 2>&1 | quiet | tee "$out/retime.txt"

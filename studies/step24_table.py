@@ -1,15 +1,17 @@
 """The measured table behind lookup's choice for shapes nobody tuned, with fitted tiles and three
 split policies: every candidate timed on many training shapes through the path users call.
 
-    python3 studies/step24_table.py --out table.json --seeds 2222 3333 --count 20 --skinny 7 --skinny-count 20
+    python3 studies/step24_table.py --out table.json --seeds 2222 4444 5555 6666 7777 --count 20 \
+        --skinny 7 --skinny-count 24 [--part 0/2] [--shapes 1500x1500x1500 ...]
 
 A candidate is a tile and a split policy (autotune.neighbours): the tiles of the shipped float32
 NN records, the shape rule's (autotune.space.SKINNY_TILE and FEW_TILE with its pipeline), and at
 skinny shapes SKINNY_VARIANTS too; each is fitted to the shape (autotune.space.fit_tile) and split
 as the policy says there (whole, split, deep: autotune.space.SPLIT_POLICIES). Candidates that come
-to the same config at a shape are one job. Training shapes: autotune.peers.seeded_shapes for each
-of --seeds, and --skinny-count skinny shapes (short side log-uniform in 1..64) drawn with seed
---skinny, none of them in the bench's suites. Lookup's own pick is timed too.
+to the same config at a shape are one job. Training shapes: --shapes, autotune.peers.seeded_shapes
+for each of --seeds, and --skinny-count skinny shapes (short side log-uniform in 1..64) drawn with
+seed --skinny, none of them in the bench's suites. Lookup's own pick is timed too. The tiles are
+those of the records at the time; the shipped table keeps the list it was measured with.
 
 Builds and timing are step 23's (studies/step23_table.py): every kernel built into a store by
 --jobs processes at once, then each job launched through the driver plan `matmul` uses on PyTorch
@@ -139,6 +141,7 @@ def main() -> None:
     parser.add_argument("--out")
     parser.add_argument("--seeds", type=int, nargs="*", default=[])
     parser.add_argument("--count", type=int, default=20)
+    parser.add_argument("--shapes", nargs="*", default=[], help="more training shapes, like 1000x1000x1000")
     parser.add_argument("--skinny", type=int, default=7)
     parser.add_argument("--skinny-count", type=int, default=0)
     parser.add_argument("--part", default="0/1")
@@ -151,7 +154,8 @@ def main() -> None:
         return ship(args.ship[0], args.ship[1:])
     began = time.perf_counter()
     held_out = {tuple(map(int, s.split("x"))) for listed in suites().values() for s in listed}
-    shapes = [s for seed in args.seeds for s in seeded_shapes(seed, args.count)]
+    shapes = [tuple(map(int, s.split("x"))) for s in args.shapes]
+    shapes += [s for seed in args.seeds for s in seeded_shapes(seed, args.count)]
     shapes += skinny_shapes(args.skinny, args.skinny_count)
     shapes = [s for s in dict.fromkeys(shapes) if s not in held_out]
     part, parts = map(int, args.part.split("/"))
