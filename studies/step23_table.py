@@ -170,6 +170,31 @@ def time_job(device: TorchDevice, gpu, root: Path, failed: dict, j: dict, ops: O
     j["gflops"] = 2 * m * n * k / seconds / 1e9 if seconds else None
 
 
+def timed_shapes(device: TorchDevice, jobs: list[dict], root: Path, failed: dict, deadline: float):
+    """Per shape and dtype of `jobs`, in order: cuBLAS and then every job timed on one set of
+    operands (time_job); yields ((shape, dtype), jobs, cuBLAS GFLOPS or None, seconds taken).
+    Starts no shape after `deadline` (time.perf_counter)."""
+    import torch
+
+    from autotune import launch
+
+    gpu = launch.device(torch.cuda.current_device())
+    by_shape: dict[tuple, list[dict]] = {}
+    for j in jobs:
+        by_shape.setdefault((tuple(j["shape"]), j["dtype"]), []).append(j)
+    for index, ((shape, dtype), group) in enumerate(by_shape.items()):
+        if time.perf_counter() > deadline:
+            print(f"time is up: {len(by_shape) - index} shapes not timed", flush=True)
+            return
+        started = time.perf_counter()
+        m, n, k = shape
+        ops = operands(torch, m, n, k, dtype, seed=index)
+        blas, _ = timed(device, lambda: torch.matmul(ops.A, ops.B, out=ops.C), ops)
+        for j in group:
+            time_job(device, gpu, root, failed, j, ops)
+        yield (shape, dtype), group, 2 * m * n * k / blas / 1e9 if blas else None, time.perf_counter() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -195,39 +220,22 @@ def main() -> None:
     root = Path(args.store or tempfile.mkdtemp(prefix="mmtune-table-"))
     failed = build_all(jobs, root, args.jobs)
 
-    import torch
-
-    from autotune import launch
     from kernels import source_hashes
 
     device = TorchDevice()
-    gpu = launch.device(torch.cuda.current_device())
-    by_shape: dict[tuple, list[dict]] = {}
-    for j in jobs:
-        by_shape.setdefault((tuple(j["shape"]), j["dtype"]), []).append(j)
     result = {"device": device.name, "label": args.label, "kernels": source_hashes(), "shapes": []}
-    for index, ((shape, dtype), group) in enumerate(by_shape.items()):
-        if time.perf_counter() - began > args.seconds:
-            print(f"time is up: {len(by_shape) - index} shapes not timed", flush=True)
-            break
-        started = time.perf_counter()
-        m, n, k = shape
-        ops = operands(torch, m, n, k, dtype, seed=index)
-        blas, _ = timed(device, lambda: torch.matmul(ops.A, ops.B, out=ops.C), ops)
-        flops = 2 * m * n * k
-        for j in group:
-            time_job(device, gpu, root, failed, j, ops)
+    for (shape, dtype), group, blas_gflops, seconds in timed_shapes(device, jobs, root, failed, began + args.seconds):
         done = [j for j in group if j.get("gflops")]
         best = max(done, key=lambda j: j["gflops"]) if done else None
         picked = [j for j in group if j.get("lookup") or j["source"] == "record"]
         result["shapes"].append({"shape": list(shape), "dtype": dtype, "category": category(*shape),
-                                 "cublas_gflops": flops / blas / 1e9 if blas else None, "jobs": group})
-        blas_gflops = flops / blas / 1e9 if blas else math.nan
+                                 "cublas_gflops": blas_gflops, "jobs": group})
+        blas_gflops = blas_gflops or math.nan
         pick = picked[0].get("gflops") if picked else None
         print(f"{'x'.join(map(str, shape)):>16} {dtype} {category(*shape) or '-':>6} cuBLAS {blas_gflops:8.0f}"
               f"  best {best['gflops'] / blas_gflops if best else 0:5.3f} ({best['family'] if best else '-'}, "
               f"{best['source'] if best else '-'})  pick {pick / blas_gflops if pick else 0:5.3f}  "
-              f"{len(done)}/{len(group)} ran  {time.perf_counter() - started:4.1f} s", flush=True)
+              f"{len(done)}/{len(group)} ran  {seconds:4.1f} s", flush=True)
         Path(args.out).write_text(json.dumps(result, indent=0))
     print(f"done in {time.perf_counter() - began:.0f} s", flush=True)
 

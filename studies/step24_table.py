@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from step23_table import build_all, build_key, operands, tile_of, time_job, timed  # studies/, the script's folder
+from step23_table import build_all, build_key, tile_of, timed_shapes  # studies/, the script's folder
 
 from autotune.peers import SIZE_RANGE, category, seeded_shapes
 from autotune.records import shipped_rows, suites
@@ -169,40 +169,23 @@ def main() -> None:
     root = Path(args.store or tempfile.mkdtemp(prefix="mmtune-table-"))
     failed = build_all(jobs, root, args.jobs)
 
-    import torch
-
-    from autotune import launch
     from autotune.peers import TorchDevice
     from kernels import source_hashes
 
     device = TorchDevice()
-    gpu = launch.device(torch.cuda.current_device())
-    by_shape: dict[tuple, list[dict]] = {}
-    for j in jobs:
-        by_shape.setdefault(tuple(j["shape"]), []).append(j)
     result = {"device": device.name, "kernels": source_hashes(), "tiles": tiles, "shapes": []}
-    for index, (shape, group) in enumerate(by_shape.items()):
-        if time.perf_counter() - began > args.seconds:
-            print(f"time is up: {len(by_shape) - index} shapes not timed", flush=True)
-            break
-        started = time.perf_counter()
-        m, n, k = shape
-        ops = operands(torch, m, n, k, "float32", seed=index)
-        blas, _ = timed(device, lambda: torch.matmul(ops.A, ops.B, out=ops.C), ops)
-        flops = 2 * m * n * k
-        for j in group:
-            time_job(device, gpu, root, failed, j, ops)
+    for (shape, _), group, blas_gflops, seconds in timed_shapes(device, jobs, root, failed, began + args.seconds):
         done = [j for j in group if j.get("gflops")]
         best = max(done, key=lambda j: j["gflops"]) if done else None
         picked = [j for j in group if j.get("lookup")]
-        blas_gflops = flops / blas / 1e9 if blas else math.nan
-        result["shapes"].append({"shape": list(shape), "category": category(*shape),
-                                 "cublas_gflops": flops / blas / 1e9 if blas else None, "jobs": group})
+        result["shapes"].append({"shape": list(shape), "category": category(*shape), "cublas_gflops": blas_gflops,
+                                 "jobs": group})
+        blas_gflops = blas_gflops or math.nan
         pick = picked[0].get("gflops") if picked else None
         print(f"{'x'.join(map(str, shape)):>16} {category(*shape) or '-':>6} cuBLAS {blas_gflops:8.0f}"
               f"  best {best['gflops'] / blas_gflops if best else 0:5.3f} ({','.join(best['candidates'][:3]) if best else '-'})"
               f"  pick {pick / blas_gflops if pick else 0:5.3f}  {len(done)}/{len(group)} ran"
-              f"  {time.perf_counter() - started:4.1f} s", flush=True)
+              f"  {seconds:4.1f} s", flush=True)
         Path(args.out).write_text(json.dumps(result, indent=0))
     print(f"done in {time.perf_counter() - began:.0f} s", flush=True)
 
