@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from autotune.cache import shape_distance
 from autotune.space import SPLIT_POLICIES, fit_tile, policy_splits
 
-NEIGHBOURS = 3
+NEIGHBOURS = 8
 #: a candidate not measured at a neighbour (its tile was not tried there) counts as this share
 #: of that neighbour's best
 UNMEASURED = 0.3

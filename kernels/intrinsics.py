@@ -8,6 +8,8 @@ kernels built with offset_bits=64 (for larger operands) compute it in 64 bits in
 as one LLVM vector (<4 x float>, <2 x double>), which compiles to one 16-byte load
 (`ld.shared.v4.f32`, `ld.global.v4.f32`, `ld.shared.v2.f64`...) and `vector_store` writes them
 so; the caller guarantees 16-byte alignment, which `rows_aligned` checks for a whole array.
+`reduce_add` adds into global memory atomically without reading back (`red`), 4 float32 lanes
+at a time.
 `async_copy` moves elements from global to shared memory without staging them in registers
 (`cp.async`, sm_80 and later), completed by `async_commit` and `async_wait` and a barrier.
 `dynamic_shared_array` carves a fixed-shape array out of the block's dynamic shared memory, which
@@ -43,6 +45,14 @@ def vector_store(width: int):
     """store(array, index, values): array[index[:-1] + (index[-1] + i,)] = values[i], one
     16-byte store into a shared array."""
     return _simulated_vector_store(width) if config.ENABLE_CUDASIM else _intrinsic_vector_store(width)
+
+
+def reduce_add(width: int, bits: int = 32):
+    """add(array, index, values): array[index[:-1] + (index[-1] + i,)] += values[i] atomically
+    for i < `width`, into a global array, reading nothing back: float32 lanes as one vector
+    `red.global.add` (sm_90 and later; the caller guarantees 16-byte alignment), float64 and
+    int32 ones one `red` a lane. The offset is computed in `bits` bits."""
+    return _simulated_reduce_add(width) if config.ENABLE_CUDASIM else _intrinsic_reduce_add(width, bits)
 
 
 def rows_aligned(width: int):
@@ -131,6 +141,20 @@ def _simulated_vector_store(width: int):
             array[head + (last + i,)] = values[i]
 
     return store
+
+
+def _simulated_reduce_add(width: int):
+    import threading
+
+    lock = threading.Lock()  # the simulator runs a block's threads as Python threads
+
+    def add(array, index, values):
+        head, last = index[:-1], index[-1]
+        with lock:
+            for i in range(width):
+                array[head + (last + i,)] += values[i]
+
+    return add
 
 
 def _simulated_rows_aligned(width: int):
@@ -234,6 +258,46 @@ def _intrinsic_vector_store(width: int):
         return types.none(array, index, values), codegen
 
     return store
+
+
+def _intrinsic_reduce_add(width: int, bits: int):
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda import cgutils
+    from numba.cuda.extending import intrinsic
+
+    PTX_TYPES = {types.float32: ("f32", "f"), types.float64: ("f64", "d"), types.int32: ("s32", "r")}
+
+    @intrinsic
+    def add(typingctx, array, index, values):
+        if not _indexable(array, index) or not isinstance(values, types.BaseTuple) or len(values) != width:
+            return None
+        if array.dtype not in PTX_TYPES:
+            return None
+
+        def codegen(context, builder, sig, args):
+            array_type, index_type, values_type = sig.args
+            element = context.get_value_type(array_type.dtype)
+            pointer = _element_pointer(context, builder, array_type, args[0], index_type, args[1], bits=bits)
+            address = builder.ptrtoint(builder.addrspacecast(pointer, ir.PointerType(element, 1)), ir.IntType(64))
+            lanes = [context.cast(builder, lane, kind, array_type.dtype)
+                     for lane, kind in zip(cgutils.unpack_tuple(builder, args[2]), values_type)]
+            kind, register = PTX_TYPES[array_type.dtype]
+            if kind == "f32" and width > 1:
+                operands = ", ".join(f"${i + 1}" for i in range(width))
+                instruction = f"red.global.add.v{width}.f32 [$0], {{{operands}}};"
+            else:  # vector adds exist for float32 alone: one per lane
+                size = context.get_abi_sizeof(element)
+                instruction = " ".join(f"red.global.add.{kind} [$0+{i * size}], ${i + 1};" for i in range(width))
+            builder.asm(
+                ir.FunctionType(ir.VoidType(), [ir.IntType(64)] + [element] * width),
+                instruction, ",".join(["l"] + [register] * width + ["~{memory}"]), [address] + lanes, True,
+            )
+            return context.get_dummy_value()
+
+        return types.none(array, index, values), codegen
+
+    return add
 
 
 def _intrinsic_async_copy(width: int, bits: int):

@@ -97,10 +97,12 @@ def link(code: bytes, cc: tuple[int, int], name: str, output: str = "cubin") -> 
     output="ptx" the optimized PTX; the assembler's -v log). Without LTO, ptxas would compile the
     kernel as relocatable code that calls its 64-bit division helpers instead of inlining them:
     more registers, fewer blocks per SM, and a slower kernel than the one trials timed
-    (docs/performance.md, step 21)."""
+    (docs/performance.md, step 21). nvJitLink's own cache is off: on a machine with a driver it
+    serves code it has linked before without running the assembler, whose report (registers,
+    spills) would then be missing."""
     from cuda.bindings import nvjitlink
 
-    options = [f"-arch=sm_{cc[0]}{cc[1]}", "-lto", "-verbose"] + (["-ptx"] if output == "ptx" else [])
+    options = [f"-arch=sm_{cc[0]}{cc[1]}", "-lto", "-verbose", "-no-cache"] + (["-ptx"] if output == "ptx" else [])
     handle = nvjitlink.create(len(options), options)
     try:
         nvjitlink.add_data(handle, nvjitlink.InputType.LTOIR, code, len(code), name)

@@ -36,8 +36,8 @@ from .base import (
     DEFAULT_DYNAMIC_SHARED, DeviceLimits, Family, Kernel, itemsize, numba_type, product_shape, tile_origin, unrolled,
 )
 from .intrinsics import (
-    SHARED_ALIGNMENT, async_commit, async_wait, dynamic_shared_array, rows_aligned, scalar_access, vector_load,
-    vector_width,
+    SHARED_ALIGNMENT, async_commit, async_wait, dynamic_shared_array, reduce_add, rows_aligned, scalar_access,
+    vector_load, vector_width,
 )
 from .tiles import loads_per_thread, restrict_tiling, tile_copier, tile_movers
 
@@ -258,33 +258,43 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layo
         write_back leaves to that neighbour."""
         return (M - BM if row0 + BM > M and M >= BM else row0), (N - BN if col0 + BN > N and N >= BN else col0)
 
-    store_c = scalar_access(offset_bits)[1]
+    store_one = scalar_access(offset_bits)[1]
+    add_one, add_group, group_of = reduce_add(1, offset_bits), reduce_add(VEC, offset_bits), _lanes(VEC)
+    c_aligned = rows_aligned(VEC)
+    # K split, a group of VEC columns goes into C as one 16-byte atomic add (float32 lanes). Not
+    # the stores of a whole K: 16-byte stores pin the accumulators to aligned register quads.
+    WIDE_ADDS = SPLITS > 1
+
+    @cuda.jit(device=True)
+    def write_row(t, C, M, N, row0, col0, top, left, inside, wide, row_base, col_base, acc):
+        r = row0 + row_base + (t // VEC) * ROW_GROUP_STEP + t % VEC
+        if inside or top <= r < M:
+            for h in range(GN):
+                c = col0 + col_base + h * COL_GROUP_STEP
+                if wide and (inside or (left <= c and c + VEC <= N)):
+                    add_group(C, (r, c), group_of(acc, t, h * VEC))
+                else:
+                    for j in range(VEC):
+                        if inside or left <= c + j < N:
+                            if SPLITS == 1:
+                                store_one(C, (r, c + j), acc[t, h * VEC + j])
+                            else:
+                                add_one(C, (r, c + j), (acc[t, h * VEC + j],))
+
+    write_rows = unrolled(write_row, TM)
 
     @cuda.jit(device=True)
     def write_back(C, M, N, row0, col0, row_base, col_base, acc):
         """C's tile from the accumulators, with the offsets the loads use and, in a block inside
-        C, no bounds tests; added into C atomically (tested as ever) when K is split. A block
-        moved back from the edge (`edge_origin`) writes only from its own tile's first row `top`
-        and column `left` on: the multiples of BM and BN at or after its origin, worked out again
-        here rather than held in registers all along."""
+        C, no bounds tests; added into C atomically when K is split. A block moved back from the
+        edge (`edge_origin`) writes only from its own tile's first row `top` and column `left`
+        on: the multiples of BM and BN at or after its origin, worked out again here rather than
+        held in registers all along. The rows are straight-line code, so that the accumulators
+        stay in registers."""
         top, left = -(-row0 // BM) * BM, -(-col0 // BN) * BN
         inside = row0 == top and col0 == left and row0 + BM <= M and col0 + BN <= N
-        for g in range(GM):
-            for i in range(VEC):
-                r = row0 + row_base + g * ROW_GROUP_STEP + i
-                if SPLITS == 1:
-                    if inside or top <= r < M:
-                        for h in range(GN):
-                            for j in range(VEC):
-                                c = col0 + col_base + h * COL_GROUP_STEP + j
-                                if inside or left <= c < N:
-                                    store_c(C, (r, c), acc[g * VEC + i, h * VEC + j])
-                elif top <= r < M:
-                    for h in range(GN):
-                        for j in range(VEC):
-                            c = col0 + col_base + h * COL_GROUP_STEP + j
-                            if left <= c < N:
-                                cuda.atomic.add(C, (r, c), acc[g * VEC + i, h * VEC + j])
+        wide = WIDE_ADDS and c_aligned(C) and col0 % VEC == 0
+        write_rows(C, M, N, row0, col0, top, left, inside, wide, row_base, col_base, acc)
 
     def vector_matmul(A, B, C):
         if DYNAMIC:
@@ -317,6 +327,15 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layo
     return Kernel(family, dict(config), dtype, vector_matmul, block=(THREADS,), tile=(BM, BN), splits=SPLITS,
                   min_blocks=config["min_blocks"], layout=layout, offset_bits=offset_bits, unaligned=NARROW,
                   dynamic_shared=SHARED_BYTES if DYNAMIC else 0)
+
+
+def _lanes(width: int):
+    """group_of(acc, t, j) -> (acc[t, j], ..., acc[t, j + width - 1]) as a tuple."""
+    if width == 4:
+        return cuda.jit(device=True)(lambda acc, t, j: (acc[t, j], acc[t, j + 1], acc[t, j + 2], acc[t, j + 3]))
+    if width == 2:
+        return cuda.jit(device=True)(lambda acc, t, j: (acc[t, j], acc[t, j + 1]))
+    raise ValueError(f"no {width}-lane vectors")
 
 
 FAMILY = Family("vector", SPACE, DEFAULT, restrict, build, first_guess=0, shared_bytes=shared_bytes)

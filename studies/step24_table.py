@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import lzma
 import math
 import random
 import tempfile
@@ -122,7 +123,8 @@ def training_jobs(shapes: list[tuple], tiles: list[dict], everywhere: int) -> li
 def ship(out: str, parts: list[str]) -> None:
     from autotune.neighbours import dumps, leave_one_out, table_of
 
-    found = [json.loads((gzip.open if path.endswith(".gz") else open)(path, "rt").read()) for path in parts]
+    opener = {".gz": gzip.open, ".xz": lzma.open}
+    found = [json.loads(opener.get(Path(path).suffix, open)(path, "rt").read()) for path in parts]
     if any(part["tiles"] != found[0]["tiles"] or part["kernels"] != found[0]["kernels"] for part in found):
         raise SystemExit("the parts were measured with other candidates or other kernel code")
     table = table_of({**found[0], "shapes": [shape for part in found for shape in part["shapes"]]}, "9.0", SM_COUNT)

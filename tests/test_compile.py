@@ -160,3 +160,40 @@ def test_offset_width_and_dynamic_shared_memory_reach_the_compiled_code():
     dynamic = found["dynamic"]
     assert dynamic["bytes"] > 48 * 1024 and dynamic["extern"]
     assert dynamic["shared_vector_loads"] > 0 and dynamic["generic_vector_loads"] == 0
+
+
+WRITE_BACK_CHILD = """
+import json
+import kernels
+from kernels.resources import compile_report, ptx
+tall = dict(kernels.family("vector").default, tm=16, tn=8, min_blocks=2)
+split = dict(kernels.family("splitk").default, min_blocks=1)
+out = {}
+for name, family, config, dtype in (("tall", "vector", tall, "float32"), ("float32", "splitk", split, "float32"),
+                                    ("float64", "splitk", split, "float64"), ("int32", "splitk", split, "int32")):
+    kernel = kernels.build(family, config, dtype)
+    text = ptx(kernel)
+    out[name] = dict(stack=compile_report(kernel).stack_bytes, wide_stores=text.count("st.global.v4"),
+                     stores=text.count("st.global."), wide_adds=text.count("red.global.add.v4.f32"),
+                     adds=text.count("red.global.add."), atomics=text.count("atom.global"))
+print(json.dumps(out))
+"""
+
+
+def test_c_is_written_from_registers_and_split_products_added_16_bytes_at_a_time():
+    """The write-back is straight-line code, so a 16x8 register tile's accumulators stay in
+    registers (no stack frame) and go out as scalar stores; with K split, float32 groups of 4
+    columns are one 4-lane `red` (and lanes one at a time where C's rows are not aligned), float64
+    and int32 lanes one `red` each, and nothing reads an atomic's result back."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    done = subprocess.run([sys.executable, "-c", WRITE_BACK_CHILD], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.splitlines()[-1])
+    tall = out["tall"]
+    assert (tall["stack"], tall["wide_stores"], tall["adds"]) == (0, 0, 0) and tall["stores"] >= 16 * 8
+    float32, float64, int32 = out["float32"], out["float64"], out["int32"]
+    groups, lanes = 8 * 8 // 4, 8 * 8  # the default tile: 8x8 per thread, in groups of 4 columns
+    assert float32["wide_adds"] == groups and float32["adds"] == groups + lanes
+    assert (float64["wide_adds"], int32["wide_adds"]) == (0, 0)
+    assert float64["adds"] == int32["adds"] == 2 * lanes  # the groups' lanes and the fallback's
+    assert all(r["wide_stores"] == r["stores"] == r["atomics"] == 0 for r in (float32, float64, int32))
