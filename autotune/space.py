@@ -82,6 +82,7 @@ def fit_tile(tile: dict, m: int, n: int, k: int) -> dict:
             threads = tile[side] // tile[thread_side]
             fitted[side] = size
             fitted[thread_side] = max(MIN_FIT_THREAD_SIDE, min(tile[thread_side], size // threads))
+
     def threads():
         return (fitted["bm"] // fitted["tm"]) * (fitted["bn"] // fitted["tn"])
 
