@@ -19,52 +19,24 @@
 #                                              (outside the checkout) on an empty kernel store
 #   bash studies/gpu_step26.sh OUT tests       the kernel tests and the call path's GPU tests on the GPU (those
 #                                              TESTS selects, as pytest -k)
-# Installs the wheels carried in .whl (gpu-wheelhouse.sh) into the image's python3 first; results are
-# packed into OUT/step26.tgz.
+# The shared parts are studies/gpu_parts.sh's; results are packed into OUT/step26.tgz.
 set -uo pipefail
-dest=${1:?usage: gpu_step26.sh OUT table I/N | peers SUITE...}; shift
-out=/tmp/step26
-mkdir -p "$out" "$dest"
-export PYTHONUNBUFFERED=1
-start=$(date +%s)
-python3 -m pip install -q --no-index --no-build-isolation --find-links .whl -e . 2>&1 | grep -v "^WARNING\|already" | tail -n 3
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$out/gpu.txt"
-export MMTUNE_CACHE="$out/cache.db"
-quiet() { grep -v "Warning\|warn(\|choice = lookup" ; }
+source "$(dirname "$0")/gpu_parts.sh"
+gpu_start step26 "${1:?usage: gpu_step26.sh OUT table I/N | probe SHAPE... | tune SHAPE... | retime | wheel | tests | SUITE...}"
+shift
+shapes() { taken=(); while [ $# -gt 0 ] && [[ "$1" == *x*x* ]]; do taken+=("$1"); shift; done; }
 while [ $# -gt 0 ]; do
   part=$1; shift
   case "$part" in
-    table)
-      slice=${1:?table needs I/N}; shift
-      name=table-${slice/\//of}
-      left=$(( ${DEADLINE:-570} - ($(date +%s) - start) ))
-      timeout "$left" python3 studies/step24_table.py --out "$out/$name.json" --store /tmp/store26 \
-        --seeds 2222 4444 5555 6666 7777 --count 20 --skinny 7 --skinny-count 24 --part "$slice" \
-        --seconds $(( left - 15 )) 2>&1 | quiet | tee "$out/$name.txt"
-      ;;
+    table) part_table "${1:?table needs I/N}"; shift ;;
     probe)
-      shapes=()
-      while [ $# -gt 0 ] && [[ "$1" == *x*x* ]]; do shapes+=("$1"); shift; done
-      timeout 400 python3 studies/step24_table.py --out "$out/probe.json" --store /tmp/store26 --shapes "${shapes[@]}" \
+      shapes "$@"; shift ${#taken[@]}
+      timeout 400 python3 studies/step24_table.py --out "$out/probe.json" --store /tmp/store-step26 --shapes "${taken[@]}" \
         2>&1 | quiet | tee "$out/probe.txt"
       ;;
-    tune)
-      while [ $# -gt 0 ] && [[ "$1" == *x*x* ]]; do
-        IFS=x read -r m n k <<< "$1"; shift
-        timeout $(( ${TRIALS:-10} * 4 + 20 )) python3 -m autotune tune --m "$m" --n "$n" --k "$k" --trials "${TRIALS:-10}" --timeout 30 2>&1 | quiet \
-          | tail -n 2 | tee -a "$out/tune.txt"
-      done
-      python3 -m autotune export --out "$out/tuned.json"
-      python3 -m autotune best 2>&1 | quiet > "$out/best.txt"
-      ;;
-    retime)
-      timeout 300 python3 -m autotune warm --retime --arch sm_90 2>&1 | quiet | tee "$out/retime.txt"
-      python3 -m autotune export --out "$out/retimed.json"
-      ;;
-    tests)
-      MMTUNE_CACHE="$out/cache-tests.db" MMTUNE_TEST_GPU=1 timeout 450 python3 -m pytest -q -p no:cacheprovider \
-        tests/test_kernels.py tests/test_gpu_calls.py -k "${TESTS:-}" 2>&1 | tail -n 30 | tee -a "$out/gpu_tests.txt"
-      ;;
+    tune) shapes "$@"; shift ${#taken[@]}; part_tune "${taken[@]}" ;;
+    retime) part_retime ;;
+    tests) part_tests ;;
     wheel)
       repo=$(pwd)
       rm -rf /tmp/wheel && python3 -m pip wheel -q --no-deps --no-build-isolation -w /tmp/wheel . 2>&1 | tail -n 3
@@ -75,13 +47,7 @@ while [ $# -gt 0 ]; do
         --calls 1000) 2>&1 | quiet | tee "$out/wheel.txt"
       ;;
     peers) ;;
-    *)
-      mkdir -p "$out/$part"
-      t0=$(date +%s)
-      timeout "${SUITE_SECONDS:-300}" python3 -m autotune bench --peers --shapes "$part" --out "$out/$part" 2>&1 | quiet \
-        | tee "$out/$part.txt"
-      echo "$part: $(( $(date +%s) - t0 )) s" | tee -a "$out/$part.txt"
-      ;;
+    *) part_peers "$part" ;;
   esac
 done
-tar czf "$dest/step26.tgz" -C "$out" . && ls -la "$dest"
+gpu_finish
