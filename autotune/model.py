@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import kernels
 from autotune.space import infeasibility
+from kernels import dmma
 from kernels.base import DeviceLimits, itemsize
 from kernels.tiles import estimated_registers, threads_per_block
 
@@ -84,6 +85,10 @@ def geometry(family: str, params: dict, dtype: str, cc: str) -> Geometry:
     elif family == "shared":
         tile, bk, threads, registers = (params["tpb"], params["tpb"]), params["tpb"], params["tpb"] ** 2, 32
         shared = kernels.family(family).shared_bytes(params, dtype)
+    elif family == "dmma":
+        tile, bk, threads = (params["bm"], params["bn"]), params["bk"], dmma.threads_per_block(params)
+        registers = min(dmma.estimated_registers(params), limits.max_registers_per_thread)
+        shared = dmma.shared_bytes(params, dtype)
     else:
         tile, bk, threads = (params["bm"], params["bn"]), params["bk"], threads_per_block(params)
         registers = min(max(estimated_registers(params, dtype), 32), limits.max_registers_per_thread)
@@ -107,10 +112,10 @@ def split_ms(m: int, n: int, splits: int, dtype: str) -> float:
 
 
 def tile_key(family: str, params: dict) -> tuple:
-    """A config without its K-splits: the vector and splitk configs of one tile share a tau."""
-    if family in ("vector", "splitk"):
-        return ("tile", tuple(sorted((k, v) for k, v in params.items() if k != "splits")))
-    return (family, tuple(sorted(params.items())))
+    """A config without its K-splits: the vector and splitk configs of one tile share a tau, as
+    do a dmma tile's splits."""
+    whole = tuple(sorted((k, v) for k, v in params.items() if k != "splits"))
+    return ("tile" if family in ("vector", "splitk") else family, whole)
 
 
 class Model:
@@ -165,13 +170,15 @@ class Model:
         limits = DeviceLimits.for_cc(self.cc)
         for key in sorted(self.taus, key=repr):
             tau, row = _median_entry(self.taus[key])
+            tile = {k: v for k, v in row["params"].items() if k != "splits"}
             if row["family"] in ("vector", "splitk"):
-                tile = {k: v for k, v in row["params"].items() if k != "splits"}
                 options = [("vector", tile)] + [("splitk", {**tile, "splits": s}) for s in SPLITS[1:]]
+            elif row["family"] == "dmma":
+                options = [("dmma", {**tile, "splits": s}) for s in SPLITS]
             else:
                 options = [(row["family"], dict(row["params"]))]
             for family, params in options:
-                if deterministic and family == "splitk":
+                if deterministic and params.get("splits", 1) > 1:
                     continue
                 if infeasibility(family, params, dtype, limits) is None:
                     yield family, params, tau, row

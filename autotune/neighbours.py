@@ -71,7 +71,7 @@ def ranked(table: dict, m: int, n: int, k: int, sm_count: int, deterministic: bo
     for name in sorted({name for s in near for name in s["gflops"]}):
         index, policy = name.split(":")
         family, params = config_for(table["tiles"][int(index)], policy, m, n, k, sm_count)
-        if (deterministic and family == "splitk") or not feasible(family, params):
+        if (deterministic and params.get("splits", 1) > 1) or not feasible(family, params):
             continue
         score = sum(w * math.log(_speed(s, name) / max(s["gflops"].values())) for w, s in zip(weights, near))
         scored.append((score / sum(weights), name, family, params))
@@ -81,7 +81,7 @@ def ranked(table: dict, m: int, n: int, k: int, sm_count: int, deterministic: bo
             continue
         seen.append((family, params))
         fared = ", ".join(f"{s['m']}x{s['n']}x{s['k']} {_speed(s, name) / max(s['gflops'].values()):.2f}" for s in near)
-        split = f", K split {params['splits']} ways" if family == "splitk" else ""
+        split = f", K split {params['splits']} ways" if params.get("splits", 1) > 1 else ""
         basis = (f"measured: tile {index_of(name)} of {table['device']}'s table{split}; at the {len(near)} nearest of "
                  f"{len(shapes)} measured shapes it ran at {fared} of the best")
         picks.append(Pick(family, params, name, basis))

@@ -42,6 +42,12 @@ def feasible_configs(family: str, dtype: str, limits: DeviceLimits) -> list[dict
     return [c for c in all_configs(entry.space) if entry.restrict(c, dtype, limits) is None]
 
 
+def families_for(dtype: str) -> list[str]:
+    """The families whose kernels multiply `dtype` (whose restriction takes their default config
+    in it), in kernels.FAMILIES order: what a tune searches unless told."""
+    return [name for name, entry in kernels.FAMILIES.items() if entry.restrict(entry.default, dtype, DeviceLimits()) is None]
+
+
 def default_config(family: str) -> dict:
     return dict(kernels.family(family).default)
 
@@ -94,24 +100,49 @@ def fit_tile(tile: dict, m: int, n: int, k: int) -> dict:
     return fitted
 
 
-def shape_guesses(m: int, n: int, k: int, dtype: str, limits: DeviceLimits, sm_count: int) -> list[Config]:
+def shape_guesses(m: int, n: int, k: int, dtype: str, limits: DeviceLimits, sm_count: int,
+                  cc: str | None = None) -> list[Config]:
     """Configs a rule picks for a shape that big square tiles would leave the GPU idle on:
     - skinny (M or N <= SKINNY): SKINNY_TILE fitted to the shape (fit_tile), so the short side is
       one tile of the next power of 2 and the long operand streams through once, with K split
       for two waves;
     - few tiles (fewer 128x128 tiles than SMs): FEW_TILE, whole and with K split for two waves.
-    Each is a split-K config only where K leaves every split at least MIN_SPLIT_STEPS steps."""
+    Each is a split-K config only where K leaves every split at least MIN_SPLIT_STEPS steps.
+    float64 on a GPU of compute capability `cc` with FP64 tensor cores gets DMMA_TILE first,
+    whole and split for two waves (dmma_guesses)."""
+    guesses = dmma_guesses(m, n, k, dtype, limits, sm_count, cc)
     tiles = []
     if min(m, n) <= SKINNY:
         tiles.append(fit_tile(SKINNY_TILE, m, n, k))
     elif -(-m // 128) * -(-n // 128) < sm_count:
         tiles.append(FEW_TILE)
-    guesses = []
     for tile in tiles:
         splits = wave_splits(m, n, k, tile, sm_count)
         family, params = ("splitk", {**tile, "splits": splits}) if splits > 1 else ("vector", tile)
         guesses += [_deepest(family, {**PIPELINE, **params}, dtype, limits), _deepest("vector", {**PIPELINE, **tile}, dtype, limits)]
     return list(dict.fromkeys(c for c in guesses if c is not None))
+
+
+#: float64's tile on the FP64 tensor cores (kernels.dmma), with the instruction shape each compute
+#: capability has: sm_90 adds 16-row ones to sm_80's m8n8k4
+DMMA_TILE = {"bm": 64, "bn": 128, "bk": 16, "warps_m": 1, "warps_n": 4, "stages": 3, "min_blocks": 1}
+DMMA_SHAPES = {(8, 0): "m8n8k4", (9, 0): "m16n8k4"}
+
+
+def dmma_guesses(m: int, n: int, k: int, dtype: str, limits: DeviceLimits, sm_count: int,
+                 cc: str | None) -> list[Config]:
+    """DMMA_TILE with the instruction of the newest architecture in DMMA_SHAPES that `cc` runs,
+    whole and with K split for two waves; none for other dtypes or older GPUs."""
+    if dtype != "float64" or not cc:
+        return []
+    version = tuple(int(part) for part in cc.split("."))
+    shapes = [shape for arch, shape in sorted(DMMA_SHAPES.items()) if version >= arch]
+    if not shapes:
+        return []
+    tile = {**DMMA_TILE, "mma": shapes[-1]}
+    splits = wave_splits(m, n, k, tile, sm_count)
+    configs = [Config.of("dmma", {**tile, "splits": s}) for s in dict.fromkeys((splits, 1))]
+    return [c for c in configs if infeasibility(c.family, c.params, dtype, limits) is None]
 
 
 #: K-splits by wave arithmetic: double them while the blocks fill fewer than this many waves...

@@ -136,7 +136,7 @@ def warm_start(cache: Cache, device: str, dtype: str, shape, families: list[str]
     if cc:
         kin = [row for row in shipped_rows(None, dtype) if row["device"] != device and row.get("cc") == cc]
         tuned += nearest_rows(kin, shape, WARM_START_SHAPES)
-    candidates = shape_guesses(*shape, dtype, limits, sm_count) if sm_count else []
+    candidates = shape_guesses(*shape, dtype, limits, sm_count, cc) if sm_count else []
     candidates += measured_guesses(device, cc, dtype, shape, sm_count, limits)
     candidates += [Config.of(row["family"], row["params"]) for _, row in tuned]
     candidates += [Config.of(f, default_config(f)) for f in kernels.FAMILIES if f in families]

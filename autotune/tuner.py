@@ -25,7 +25,7 @@ from autotune.isolation import Isolated
 from autotune.measure import device_info, measure
 from autotune.progress import Progress
 from autotune.samplers import SamplerError, make_sampler
-from autotune.space import FAMILY_NAMES, device_limits, feasible_configs
+from autotune.space import FAMILY_NAMES, device_limits, families_for, feasible_configs
 from autotune.storage import masked, open_storage, storage_errors, storage_spec
 from autotune.study import SpaceMismatch, measured_trials, open_study, study_name
 from autotune.workers import Measurer, Search, WorkersDied, close_measurer, run_workers
@@ -56,7 +56,8 @@ class TuneRequest:
     dtype: str = "float32"
     trials: int = 40
     timeout: float | None = None
-    families: list[str] = field(default_factory=lambda: list(FAMILY_NAMES))
+    #: the kernel families searched; None: every family that multiplies `dtype` (space.families_for)
+    families: list[str] | None = None
     sampler: str = "climb"
     storage: str | None = None
     seed: int | None = 0
@@ -66,6 +67,11 @@ class TuneRequest:
     #: how A and B are stored (kernels.LAYOUTS): "TN" tunes for A passed as the transpose of a
     #: C-contiguous K x M array
     layout: str = "NN"
+
+    def __post_init__(self):
+        if self.families is None:
+            known = self.dtype in kernels.DTYPES
+            object.__setattr__(self, "families", families_for(self.dtype) if known else list(FAMILY_NAMES))
 
     @property
     def shape(self) -> tuple[int, int, int]:

@@ -31,7 +31,7 @@ part_tune() {
   local m n k
   for shape in "$@"; do
     IFS=x read -r m n k <<< "$shape"
-    timeout $(( ${TRIALS:-10} * 4 + 20 )) python3 -m autotune tune --m "$m" --n "$n" --k "$k" --trials "${TRIALS:-10}" \
+    timeout $(( ${TRIALS:-10} * 4 + 20 )) python3 -m autotune tune --m "$m" --n "$n" --k "$k" --trials "${TRIALS:-10}" ${DTYPE:+--dtype "$DTYPE"} \
       --timeout 30 2>&1 | quiet | tail -n 2 | tee -a "$out/tune.txt"
   done
   python3 -m autotune export --out "$out/tuned.json"

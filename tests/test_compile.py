@@ -12,8 +12,9 @@ import sys
 import pytest
 
 import kernels
+from autotune.space import families_for
 
-SAMPLES = {"naive": 4, "shared": 9, "register": 10, "vector": 8, "splitk": 4}  # shared: its whole space
+SAMPLES = {"naive": 4, "shared": 9, "register": 10, "vector": 8, "splitk": 4, "dmma": 8}  # shared: its whole space
 CHILD = """
 import json, sys
 import kernels
@@ -22,8 +23,9 @@ from kernels.resources import ptx
 family, dtype, count, part, parts = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
 configs = sample_configs(family, dtype, DeviceLimits(), count, seed=hash((family, dtype)) % 1000)[part::parts]
 for result in compile_check(family, configs, dtype, DeviceLimits()):
-    text = ptx(kernels.build(family, result.config, dtype)) if family in ("vector", "splitk") else ""
+    text = ptx(kernels.build(family, result.config, dtype)) if family in ("vector", "splitk", "dmma") else ""
     print(json.dumps({"config": result.config, "resources": result.resources, "error": result.error,
+                      "mma": text.count("mma.sync.aligned."),
                       "vector_loads": text.count("ld.shared.v"), "atomic_adds": text.count("red.global.add") + text.count("atom.global.add"),
                       "scalar_shared_loads": sum(text.count(f"ld.shared.{t}") for t in ("f32", "f64", "u32", "b32"))}))
 """
@@ -47,8 +49,7 @@ def compile_in_child(family: str, dtype: str, count: int) -> list[dict]:
     return results
 
 
-@pytest.mark.parametrize("dtype", list(kernels.DTYPES))
-@pytest.mark.parametrize("family", list(kernels.FAMILIES))
+@pytest.mark.parametrize("family,dtype", [(f, d) for f in kernels.FAMILIES for d in kernels.DTYPES if f in families_for(d)])
 def test_accepted_configs_compile_for_sm90(family, dtype):
     results = compile_in_child(family, dtype, SAMPLES[family])
     assert len(results) == SAMPLES[family]
@@ -57,6 +58,8 @@ def test_accepted_configs_compile_for_sm90(family, dtype):
     if family in ("vector", "splitk"):
         assert all(r["vector_loads"] and not r["scalar_shared_loads"] for r in results), results
         assert all(bool(r["atomic_adds"]) == (family == "splitk") for r in results), results
+    if family == "dmma":  # the instructions PTX accepts for sm_90, with K split through atomic adds
+        assert all(r["mma"] and bool(r["atomic_adds"]) == (r["config"]["splits"] > 1) for r in results), results
     for r in results:
         res = r["resources"]
         assert 0 < res["registers"] <= 255

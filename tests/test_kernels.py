@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 from numba import cuda
 
 import kernels
+from kernels import warp_mma
 from autotune.measure import poison_value, random_inputs, reference, relative_error, error_bound, stored
-from autotune.space import DeviceLimits, feasible_configs
+from autotune.space import DMMA_TILE, DeviceLimits, families_for, feasible_configs
 from autotune.operands import OperandError, arrays_layout, check_shapes
 
 DTYPES = list(kernels.DTYPES)
@@ -26,6 +27,7 @@ if ON_GPU:
     for name in ("vector", "splitk"):
         CONFIGS[name].append({**kernels.FAMILIES[name].default, **PIPELINED})
         CONFIGS[name].append({**kernels.FAMILIES[name].default, **ASYNC, "stages": 3})
+    CONFIGS["dmma"].append({**DMMA_TILE, "mma": "m16n8k4", "splits": 2})
     SHAPES = [(1, 1, 1), (1, 1000, 1), (257, 129, 1), (513, 1021, 769), (1000, 1000, 1000), (1000, 1024, 996)]
 else:
     # Small tiles keep the simulator (one Python thread per CUDA thread) fast.
@@ -41,6 +43,17 @@ else:
              "wide_fetch": False, "async_copy": False, "min_blocks": 1},
             {"bm": 32, "bn": 64, "bk": 8, "tm": 8, "tn": 4, "pad": 0, "stages": 1, "min_blocks": 2, **PIPELINED},
             {"bm": 32, "bn": 32, "bk": 8, "tm": 4, "tn": 4, "pad": 4, "stages": 3, "min_blocks": 1, **ASYNC},
+        ],
+        # every instruction shape; a warp's tiles along rows and along columns; K split
+        "dmma": [
+            {"mma": "m16n8k8", "bm": 32, "bn": 32, "bk": 16, "warps_m": 2, "warps_n": 1, "stages": 3, "splits": 1,
+             "min_blocks": 1},
+            {"mma": "m8n8k4", "bm": 16, "bn": 32, "bk": 8, "warps_m": 1, "warps_n": 2, "stages": 2, "splits": 2,
+             "min_blocks": 1},
+            {"mma": "m16n8k16", "bm": 32, "bn": 16, "bk": 16, "warps_m": 1, "warps_n": 1, "stages": 2, "splits": 1,
+             "min_blocks": 1},
+            {"mma": "m16n8k4", "bm": 16, "bn": 32, "bk": 8, "warps_m": 1, "warps_n": 1, "stages": 4, "splits": 1,
+             "min_blocks": 1},
         ],
         # K=19 in 4 splits of one 8-step each leaves the fourth split empty
         "splitk": [
@@ -59,6 +72,13 @@ CASES = [
     for family, configs in CONFIGS.items()
     for i, config in enumerate(configs)
 ]
+#: the dtypes each family multiplies (dmma: float64 alone)
+FAMILY_DTYPES = {family: [d for d in DTYPES if family in families_for(d)] for family in CONFIGS}
+
+
+def dtype_of(family: str) -> str:
+    """float32 where the family takes it, else the first dtype it does."""
+    return "float32" if "float32" in FAMILY_DTYPES[family] else FAMILY_DTYPES[family][0]
 
 
 def run(kernel, A, B):
@@ -80,8 +100,10 @@ def assert_matches_reference(kernel, A, B):
         assert relative_error(out, ref) <= error_bound(kernel.dtype, A.shape[1])
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("family,config", CASES)
+@pytest.mark.parametrize("family,config,dtype", [
+    pytest.param(*case.values, dtype, id=f"{case.id}-{dtype}")
+    for case in CASES for dtype in FAMILY_DTYPES[case.values[0]]
+])
 def test_family_matches_reference_on_odd_shapes(family, config, dtype, rng):
     kernel = kernels.build(family, config, dtype)
     shapes = SHAPES if config is CONFIGS[family][0] else SHAPES[-2:]
@@ -108,12 +130,13 @@ LAYOUT_CASES = [case for case in CASES if case.id.endswith("-0") or case.values[
 def test_transposed_layouts_match_reference(family, config, layout, rng):
     """Every family reads transposed operands in place; the last shape has aligned rows in every
     layout (M, N, K multiples of 4), so wide moves of the parts stored as they are run too."""
-    kernel = kernels.build(family, config, "float32", layout)
+    dtype = dtype_of(family)
+    kernel = kernels.build(family, config, dtype, layout)
     for m, n, k in [(17, 23, 19), (36, 68, 44)]:
-        A, B = random_inputs(m, n, k, "float32", rng)
+        A, B = random_inputs(m, n, k, dtype, rng)
         out = run_layout(kernel, A, B)
         assert np.all(np.isfinite(out)), "unwritten (poisoned) elements remain"
-        assert relative_error(out, reference(A, B)) <= error_bound("float32", k)
+        assert relative_error(out, reference(A, B)) <= error_bound(dtype, k)
 
 
 DEEP = {"bm": 64, "bn": 64, "bk": 32, "tm": 4, "tn": 4, "pad": 4, "stages": 4, "min_blocks": 1, **ASYNC}
@@ -190,9 +213,10 @@ def test_rows_of_odd_length_move_untested_one_element_at_a_time_inside_c(family,
 
 @pytest.mark.parametrize("family", list(kernels.FAMILIES))
 def test_k_zero_gives_zeros(family):
-    kernel = kernels.build(family, CONFIGS[family][0], "float32")
-    out = run(kernel, np.zeros((5, 0), np.float32), np.zeros((0, 3), np.float32))
-    np.testing.assert_array_equal(out, np.zeros((5, 3), np.float32))
+    dtype = dtype_of(family)
+    kernel = kernels.build(family, CONFIGS[family][0], dtype)
+    out = run(kernel, np.zeros((5, 0), dtype), np.zeros((0, 3), dtype))
+    np.testing.assert_array_equal(out, np.zeros((5, 3), dtype))
 
 
 def test_accumulates_in_the_element_type():
@@ -244,6 +268,8 @@ def test_unknown_family_and_dtype_are_refused():
 
 def _simulator_friendly(config: dict) -> bool:
     """Few threads and barriers per launch, so one example costs about a second in the simulator."""
+    if "warps_m" in config:  # each mma meets the block's threads at a barrier in the simulator
+        return config["warps_m"] * config["warps_n"] <= 2 and config["bm"] * config["bn"] <= 32 * 64
     if "bm" in config:
         return config["bm"] * config["bn"] <= 64 * 64 and config["bk"] >= 8
     if "tpb" in config:
@@ -255,17 +281,77 @@ PROPERTY_CONFIGS = {
     (family, dtype): [c for c in feasible_configs(family, dtype, DeviceLimits()) if ON_GPU or _simulator_friendly(c)]
     for family in kernels.FAMILIES
     for dtype in DTYPES
+    if family in families_for(dtype)
 }
 
 
 @settings(max_examples=30 if ON_GPU else 12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_feasible_configs_are_correct(data):
-    family = data.draw(st.sampled_from(list(kernels.FAMILIES)), label="family")
-    dtype = data.draw(st.sampled_from(DTYPES), label="dtype")
+    family, dtype = data.draw(st.sampled_from(sorted(PROPERTY_CONFIGS)), label="family, dtype")
     config = data.draw(st.sampled_from(PROPERTY_CONFIGS[family, dtype]), label="config")
     top = 300 if ON_GPU else 40
     m, n, k = (data.draw(st.integers(1, top), label=d) for d in "mnk")
     seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
     A, B = random_inputs(m, n, k, dtype, np.random.default_rng(seed))
     assert_matches_reference(kernels.build(family, config, dtype), A, B)
+
+
+# --- the FP64 tensor cores' fragments (kernels.warp_mma) ---
+
+def test_mma_fragments_follow_the_ptx_tables():
+    """PTX ISA, m16n8k8 .f64: a0..a3 at (g, t), (g+8, t), (g, t+4), (g+8, t+4); b0, b1 at (t, g),
+    (t+4, g); c0..c3 at (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1); m8n8k4 the first of each."""
+    lane = 4 * 5 + 3  # g = 5, t = 3
+    assert warp_mma.fragment("m16n8k8", lane) == {
+        "A": [(5, 3), (13, 3), (5, 7), (13, 7)], "B": [(3, 5), (7, 5)], "C": [(5, 6), (5, 7), (13, 6), (13, 7)]}
+    assert warp_mma.fragment("m8n8k4", lane) == {"A": [(5, 3)], "B": [(3, 5)], "C": [(5, 6), (5, 7)]}
+    for shape, (m, n, k) in warp_mma.SHAPES.items():  # every element of A, B and C is one lane's
+        held = [warp_mma.fragment(shape, lane) for lane in range(32)]
+        for name, rows, cols in (("A", m, k), ("B", k, n), ("C", m, n)):
+            assert sorted(e for h in held for e in h[name]) == [(r, c) for r in range(rows) for c in range(cols)]
+
+
+@pytest.mark.skipif(ON_GPU, reason="the simulator's exchange of fragments")
+@pytest.mark.parametrize("shape", list(warp_mma.SHAPES))
+def test_simulated_mma_multiplies_a_warps_fragments(shape, rng):
+    m, n, k = warp_mma.SHAPES[shape]
+    a_count, b_count, c_count = warp_mma.counts(shape)
+    mma = warp_mma.mma_f64(shape)
+    lanes = [warp_mma.fragment(shape, lane) for lane in range(32)]
+    A, B, C = rng.standard_normal((m, k)), rng.standard_normal((k, n)), rng.standard_normal((m, n))
+    a = np.array([[A[e] for e in lane["A"]] for lane in lanes])
+    b = np.array([[B[e] for e in lane["B"]] for lane in lanes])
+    c = np.array([[C[e] for e in lane["C"]] for lane in lanes])
+
+    @cuda.jit
+    def one_warp(a, b, c, d):
+        lane = cuda.threadIdx.x
+        out = mma(tuple(a[lane]), tuple(b[lane]), tuple(c[lane]))
+        for i in range(len(out)):
+            d[lane, i] = out[i]
+
+    d = np.zeros((32, c_count))
+    one_warp[1, 32](a, b, c, d)
+    D = np.zeros((m, n))
+    for lane, values in zip(lanes, d):
+        for e, value in zip(lane["C"], values):
+            D[e] = value
+    np.testing.assert_allclose(D, A @ B + C, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("layout", kernels.LAYOUTS)
+def test_dmma_moves_unaligned_rows_one_element_at_a_time(layout, rng):
+    """float64 rows of odd length are not 16-byte aligned: blocks inside C still copy untested."""
+    m, n, k = (ON_GPU and (1001, 1023, 999)) or (33, 35, 37)
+    kernel = kernels.build_for("dmma", CONFIGS["dmma"][0], "float64", (m, n, k), layout)
+    assert kernel.unaligned == "".join(name for name, wide in (("A", layout[0] == "T"), ("B", layout[1] == "N")) if wide)
+    A, B = random_inputs(m, n, k, "float64", rng, layout)
+    C = cuda.to_device(np.full((m, n), np.nan))
+    kernel(*(cuda.to_device(x) for x in stored(A, B, layout)), C)
+    assert relative_error(C.copy_to_host(), reference(A, B)) <= error_bound("float64", k)
+
+
+def test_dmma_multiplies_float64_alone():
+    with pytest.raises(ValueError, match="dmma multiplies float64 only"):
+        kernels.build("dmma", kernels.family("dmma").default, "float32")

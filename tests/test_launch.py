@@ -25,7 +25,8 @@ from autotune import launch, store
 from numba.cuda import dispatcher, types
 out = {"params": {}}
 for family in kernels.FAMILIES:
-    kernel = kernels.build(family, kernels.family(family).default, "float32")
+    dtype = "float64" if family == "dmma" else "float32"
+    kernel = kernels.build(family, kernels.family(family).default, dtype)
     out["params"][family] = store.entry_parameters(ptx(kernel))[1]
 
 # Numba's own flattening of one float32[:, ::1] argument, with the device array faked

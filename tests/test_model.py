@@ -121,3 +121,16 @@ def test_deterministic_matmul_gives_the_same_bits_twice(shipped):
     second = autotune.matmul(dA, dB, deterministic=True).copy_to_host()
     assert first.tobytes() == second.tobytes()
     np.testing.assert_allclose(first, A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
+
+
+def test_dmma_rows_are_priced_per_split_and_never_split_when_deterministic():
+    tile = {"mma": "m16n8k4", "bm": 64, "bn": 128, "bk": 16, "warps_m": 1, "warps_n": 4, "stages": 3, "min_blocks": 1}
+    geometry = model.geometry("dmma", {**tile, "splits": 2}, "float64", "9.0")
+    assert (geometry.tile, geometry.bk, geometry.splits) == ((64, 128), 16, 2)
+    assert model.tile_key("dmma", {**tile, "splits": 2}) == model.tile_key("dmma", {**tile, "splits": 1})
+    rows = [{"family": "dmma", "params": {**tile, "splits": 2}, "dtype": "float64", "m": 1024, "n": 1024, "k": 8192,
+             "median_ms": 0.5}]
+    fitted = model.Model(rows, 132, "9.0")
+    splits = {params["splits"] for _, params, _, _ in fitted.candidates("float64", deterministic=False)}
+    assert splits == set(model.SPLITS)
+    assert {params["splits"] for _, params, _, _ in fitted.candidates("float64", deterministic=True)} == {1}

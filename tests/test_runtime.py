@@ -193,8 +193,7 @@ def test_nan_and_inf_propagate_as_numpy_does(bad, rng):
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_matmul_is_right_for_any_tuned_config_shape_dtype_and_input_kind(data, tmp_path_factory, monkeypatch):
-    family = data.draw(st.sampled_from(sorted(kernels.FAMILIES)), label="family")
-    dtype = data.draw(st.sampled_from(sorted(kernels.DTYPES)), label="dtype")
+    family, dtype = data.draw(st.sampled_from(sorted(PROPERTY_CONFIGS)), label="family, dtype")
     config = data.draw(st.sampled_from(PROPERTY_CONFIGS[family, dtype]), label="config")
     m, n, k = (data.draw(st.integers(1, 24), label=d) for d in "mnk")
     on_device = data.draw(st.booleans(), label="device arrays")

@@ -3,8 +3,10 @@ import pytest
 
 import kernels
 from autotune.space import (
+    DMMA_TILE,
     DeviceLimits,
     default_config,
+    families_for,
     feasible_configs,
     infeasibility,
     fit_tile,
@@ -23,8 +25,12 @@ REG = dict(kernels.family("register").default)
 
 @pytest.mark.parametrize("dtype", list(kernels.DTYPES))
 @pytest.mark.parametrize("family", list(kernels.FAMILIES))
-def test_defaults_are_feasible_everywhere(family, dtype):
-    assert infeasibility(family, default_config(family), dtype, LIMITS) is None
+def test_defaults_are_feasible_everywhere_for_the_dtypes_the_family_takes(family, dtype):
+    reason = infeasibility(family, default_config(family), dtype, LIMITS)
+    if family == "dmma" and dtype != "float64":  # the FP64 tensor cores
+        assert reason == "the FP64 tensor cores multiply float64 only" and family not in families_for(dtype)
+    else:
+        assert reason is None and family in families_for(dtype)
 
 
 @pytest.mark.parametrize(
@@ -158,3 +164,15 @@ def test_shape_guesses_fit_skinny_and_few_tile_shapes():
     assert shape_guesses(4096, 4096, 4096, "float32", hopper, 132) == []
     for config in shape_guesses(20, 30, 5000, "float32", hopper, 132):
         assert infeasibility(config.family, config.params, "float32", hopper) is None
+
+
+def test_float64_takes_the_fp64_tensor_cores_by_compute_capability():
+    hopper = DeviceLimits.for_cc("9.0")
+    guesses = shape_guesses(4096, 4096, 4096, "float64", hopper, 132, "9.0")
+    assert guesses[0].family == "dmma" and guesses[0].params == {**DMMA_TILE, "mma": "m16n8k4", "splits": 1}
+    split, whole = shape_guesses(512, 512, 16384, "float64", hopper, 132, "9.0")[:2]  # 32 tiles: split for 2 waves
+    assert (split.params["splits"], whole.params["splits"]) == (16, 1)
+    assert shape_guesses(4096, 4096, 4096, "float64", DeviceLimits.for_cc("8.0"), 108, "8.0")[0].params["mma"] == "m8n8k4"
+    for dtype, cc in (("float64", "7.5"), ("float64", None), ("float32", "9.0")):
+        assert all(g.family != "dmma" for g in shape_guesses(4096, 4096, 4096, dtype, hopper, 132, cc))
+    assert families_for("float64")[0] == "dmma" and "dmma" not in families_for("float32")

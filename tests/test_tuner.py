@@ -315,7 +315,7 @@ def test_every_family_module_is_in_the_registry_in_first_guess_order():
     families = [entry for entry in kernels.FAMILIES.values()]
     assert {entry.build.__module__.rsplit(".", 1)[1] for entry in families} <= modules
     assert [e.first_guess for e in families] == sorted(e.first_guess for e in families)
-    assert list(kernels.FAMILIES) == [e.name for e in families] == ["vector", "splitk", "register", "shared", "naive"]
+    assert list(kernels.FAMILIES) == [e.name for e in families] == ["dmma", "vector", "splitk", "register", "shared", "naive"]
 
 
 class Forking(Replay):
@@ -356,3 +356,9 @@ def test_a_skinny_shape_starts_from_the_shape_rule(monkeypatch):
     tune(TuneRequest(16, 4096, 4096, trials=2, families=["vector", "splitk"], jobs=1), replay, show_progress=False)
     first = shape_guesses(16, 4096, 4096, "float32", DeviceLimits(), 132)[0]
     assert first.family == "splitk" and replay.calls[0] == first.key
+
+
+def test_a_tune_searches_the_families_that_take_its_dtype():
+    assert "dmma" not in TuneRequest(4, 4, 4).families
+    assert TuneRequest(4, 4, 4, dtype="float64").families == list(FAMILY_NAMES)
+    assert TuneRequest(4, 4, 4, dtype="float64", families=["vector"]).families == ["vector"]

@@ -1,0 +1,276 @@
+"""float64 products on the FP64 tensor cores: warps of `mma.sync` instructions (kernels.warp_mma).
+
+FFMA caps float64 at half the FP64 rate of a Hopper SM's tensor cores, where cuBLAS's
+DGEMM runs. A block of WARPS_M x WARPS_N warps computes a BM x BN tile of C, each warp a
+(BM / WARPS_M) x (BN / WARPS_N) part of it as tiles of the instruction's M x 8: per K of the
+instruction, a lane reads its elements of A and B (kernels.warp_mma.fragment) from shared memory
+and the warp issues one mma per tile. Tiles of A and B come into shared memory by asynchronous
+copies STAGES - 1 tiles ahead, moved as `vector`'s are (kernels.tiles.tile_copier, any layout),
+and lie there as sA[k, m] and sB[k, n] with PAD columns more per row: a lane reads rows
+k = lane % 4 (+ 4 v) at column lane // 4, and rows PAD mod 16 doubles apart put a warp's 32
+reads on distinct banks.
+Parameters:
+  mma                 the instruction's shape, M x N x K (kernels.warp_mma.SHAPES): m8n8k4 on
+                      sm_80 and later, the 16-row ones on sm_90
+  bm, bn, bk          block tile (bk a multiple of the instruction's K)
+  warps_m, warps_n    warps along the block's rows and columns
+  stages              shared tiles, 2 to 5 (dynamic shared memory past 48 KB)
+  splits              blocks along K per tile of C, adding into C atomically (as `splitk`)
+  min_blocks          blocks per SM ptxas must leave registers for (launch_bounds)
+"""
+
+from __future__ import annotations
+
+from numba import cuda
+
+from .base import (
+    DEFAULT_DYNAMIC_SHARED, DeviceLimits, Family, Kernel, itemsize, numba_type, product_shape, tile_origin, unrolled,
+)
+from .intrinsics import (
+    SHARED_ALIGNMENT, async_commit, async_wait, dynamic_shared_array, reduce_add, rows_aligned, scalar_access,
+    vector_width,
+)
+from .tiles import OVERHEAD_REGISTERS, tile_copier
+from .warp_mma import SHAPES, WARP, counts, mma_f64
+
+SPACE = {
+    "mma": list(SHAPES),
+    "bm": [32, 64, 128, 256],
+    "bn": [32, 64, 128, 256],
+    "bk": [8, 16, 32],
+    "warps_m": [1, 2, 4],
+    "warps_n": [1, 2, 4],
+    "stages": [2, 3, 4, 5],
+    "splits": [1, 2, 4, 8, 16, 32, 64],
+    "min_blocks": [1, 2],
+}
+DEFAULT = {"mma": "m8n8k4", "bm": 64, "bn": 64, "bk": 8, "warps_m": 2, "warps_n": 2, "stages": 3, "splits": 1, "min_blocks": 1}
+DTYPE = "float64"
+PAD = 4
+#: accumulators a lane may hold: a warp's part of C over 32 lanes
+MAX_ACCUMULATORS = 64
+
+
+def shared_bytes(config: dict, dtype: str = DTYPE) -> int:
+    return config["stages"] * config["bk"] * (config["bm"] + config["bn"] + 2 * PAD) * itemsize(dtype)
+
+
+def warp_tiles(config: dict) -> tuple[int, int]:
+    """The instruction's tiles of C along a warp's rows and columns."""
+    m, n, _ = SHAPES[config["mma"]]
+    return config["bm"] // config["warps_m"] // m, config["bn"] // config["warps_n"] // n
+
+
+def threads_per_block(config: dict) -> int:
+    return config["warps_m"] * config["warps_n"] * WARP
+
+
+def estimated_registers(config: dict) -> int:
+    """Accumulators and one instruction's elements of A and B per tile row and column, 2
+    registers a double."""
+    fm, fn = warp_tiles(config)
+    a, b, c = counts(config["mma"])
+    return 2 * (c * fm * fn + a * fm + b * fn) + OVERHEAD_REGISTERS
+
+
+def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
+    if dtype != DTYPE:
+        return f"the FP64 tensor cores multiply {DTYPE} only"
+    m, n, k = SHAPES[config["mma"]]
+    if config["bm"] % (config["warps_m"] * m) or config["bn"] % (config["warps_n"] * n):
+        return (f"{config['warps_m']}x{config['warps_n']} warps do not split a {config['bm']}x{config['bn']} tile "
+                f"into {m}x{n} tiles")
+    if config["bk"] % k:
+        return f"bk={config['bk']} is not a multiple of the instruction's K={k}"
+    fm, fn = warp_tiles(config)
+    if fm * fn * counts(config["mma"])[2] > MAX_ACCUMULATORS:
+        return f"{fm * fn * counts(config['mma'])[2]} accumulators a lane > {MAX_ACCUMULATORS}"
+    threads, blocks = threads_per_block(config), config["min_blocks"]
+    if threads * blocks > limits.max_threads_per_sm:
+        return f"{blocks} blocks of {threads} threads > {limits.max_threads_per_sm} threads per SM"
+    shared = shared_bytes(config, dtype)
+    if shared > max(limits.max_shared_per_block, limits.max_dynamic_shared_per_block):
+        return f"{shared} bytes of shared memory > {max(limits.max_shared_per_block, limits.max_dynamic_shared_per_block)}"
+    regs = estimated_registers(config)
+    budget = min(limits.max_registers_per_thread, limits.max_registers_per_block // (threads * blocks))
+    if regs > budget:
+        return f"needs ~{regs} registers per thread; {blocks} block(s) of {threads} threads leave {budget}"
+    return None
+
+
+def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Kernel:
+    """The kernel for `config`. `unaligned` names the operands built for rows that are not
+    16-byte aligned, whose tiles then move one element at a time inside the matrices (as
+    `vector`'s with wide_fetch)."""
+    if dtype != DTYPE:
+        raise ValueError(f"dmma multiplies {DTYPE} only, not {dtype}")
+    BM, BN, BK, STAGES, SPLITS = config["bm"], config["bn"], config["bk"], config["stages"], config["splits"]
+    WARPS_M = config["warps_m"]
+    FM, FN = warp_tiles(config)
+    IM, IN, IK = SHAPES[config["mma"]]
+    WM, WN = FM * IM, FN * IN
+    A_PER, B_PER, C_PER = counts(config["mma"])  # elements of one instruction a lane holds
+    HALVES = IM // 8  # rows 8 apart that a lane holds of A and C
+    ACCUMULATORS, A_HELD, B_HELD = FM * FN * C_PER, FM * A_PER, FN * B_PER
+    THREADS = threads_per_block(config)
+    VEC = vector_width(itemsize(dtype))
+    elem_t = numba_type(dtype)
+
+    SA_SHAPE, SB_SHAPE = (STAGES, BK, BM + PAD), (STAGES, BK, BN + PAD)
+    SHARED_BYTES = shared_bytes(config, dtype)
+    DYNAMIC = SHARED_BYTES > DEFAULT_DYNAMIC_SHARED
+    if DYNAMIC:
+        shared_a = dynamic_shared_array(SA_SHAPE, elem_t, 0)
+        shared_b = dynamic_shared_array(SB_SHAPE, elem_t, STAGES * BK * (BM + PAD))
+    ALIGN = SHARED_ALIGNMENT
+    # the parts copied 16 bytes at a time are those stored as they are: A passed transposed, B not
+    NARROW = "".join(name for name, wide in (("A", layout[0] == "T"), ("B", layout[1] == "N"))
+                     if wide and name in unaligned)
+    A_ALIGNMENT_TESTED = layout[0] == "T" and "A" not in NARROW
+    B_ALIGNMENT_TESTED = layout[1] == "N" and "B" not in NARROW
+    movers = dict(layout=layout, offset_bits=offset_bits)
+    copy_checked = tile_copier(BM, BN, BK, THREADS, VEC, **movers)
+    copy_unchecked = tile_copier(BM, BN, BK, THREADS, VEC, checked=False, narrow=NARROW, **movers)
+    commit, wait_for_oldest = async_commit(), async_wait(STAGES - 2)
+    origin, dims = tile_origin(BM, BN), product_shape(layout)
+    load_shared = scalar_access(64)[0]
+    mma = mma_f64(config["mma"])
+    gather_a, gather_b, gather_c = (_gather(count) for count in (A_PER, B_PER, C_PER))
+    aligned = rows_aligned(VEC)
+
+    @cuda.jit(device=True)
+    def multiply_step(s, sA, sB, stage, a_row, b_col, k_lane, a_frag, b_frag, acc):
+        """Step s of the instruction's K: this lane's elements of A and B, then one mma per tile."""
+        k = s * IK + k_lane
+        for i in range(FM):
+            for v1 in range(IK // 4):
+                for v0 in range(HALVES):
+                    a_frag[i * A_PER + v0 + HALVES * v1] = load_shared(sA, (stage, k + 4 * v1, a_row + i * IM + 8 * v0))
+        for j in range(FN):
+            for v in range(IK // 4):
+                b_frag[j * B_PER + v] = load_shared(sB, (stage, k + 4 * v, b_col + j * IN))
+        for i in range(FM):
+            for j in range(FN):
+                first = (i * FN + j) * C_PER
+                d = mma(gather_a(a_frag, i * A_PER), gather_b(b_frag, j * B_PER), gather_c(acc, first))
+                for c in range(C_PER):
+                    acc[first + c] = d[c]
+
+    multiply_tile = unrolled(multiply_step, BK // IK)
+
+    def copied_steps(copy):
+        """Multiply the tiles from k_from to k_to, each copied STAGES - 1 tiles ahead by `copy`,
+        starting in shared tile `stage`; returns the next stage."""
+
+        @cuda.jit(device=True)
+        def steps(A, B, sA, sB, k_from, k_to, k_end, stage, row0, col0, tid, a_row, b_col, k_lane, a_frag, b_frag,
+                  acc):
+            for k0 in range(k_from, k_to, BK):
+                wait_for_oldest()
+                cuda.syncthreads()  # the tile at k0 is in, and every warp is done with the one before
+                k_ahead = k0 + (STAGES - 1) * BK
+                if k_ahead < k_end:
+                    ahead = stage - 1 if stage > 0 else STAGES - 1
+                    copy(A, B, k_ahead, row0, col0, tid, sA[ahead], sB[ahead])
+                commit()
+                multiply_tile(sA, sB, stage, a_row, b_col, k_lane, a_frag, b_frag, acc)
+                stage = stage + 1 if stage + 1 < STAGES else 0
+            return stage
+
+        return steps
+
+    checked_steps, unchecked_steps = copied_steps(copy_checked), copied_steps(copy_unchecked)
+
+    @cuda.jit(device=True)
+    def multiply_all(A, B, sA, sB, k_begin, k_end, row0, col0, tid, a_row, b_col, k_lane, a_frag, b_frag, acc):
+        """The tiles from k_begin to k_end; without bounds tests while a block inside C copies
+        tiles inside A and B of aligned rows."""
+        for s in range(STAGES - 1):
+            if k_begin + s * BK < k_end:
+                copy_checked(A, B, k_begin + s * BK, row0, col0, tid, sA[s], sB[s])
+            commit()  # empty groups too: the wait counts groups
+        M, N, _ = dims(A, B)
+        unchecked = 0
+        if (row0 + BM <= M and col0 + BN <= N and (not A_ALIGNMENT_TESTED or aligned(A))
+                and (not B_ALIGNMENT_TESTED or aligned(B))):
+            unchecked = max(0, (k_end - k_begin) // BK - (STAGES - 1))
+        k_split = k_begin + unchecked * BK
+        stage = unchecked_steps(A, B, sA, sB, k_begin, k_split, k_end, 0, row0, col0, tid, a_row, b_col, k_lane,
+                                a_frag, b_frag, acc)
+        checked_steps(A, B, sA, sB, k_split, k_end, k_end, stage, row0, col0, tid, a_row, b_col, k_lane, a_frag,
+                      b_frag, acc)
+
+    store_one = scalar_access(offset_bits)[1]
+    add_one = reduce_add(1, offset_bits)
+
+    @cuda.jit(device=True)
+    def write_back(C, M, N, row0, col0, a_row, c_col, acc):
+        """C's tile from the accumulators (added into C when K is split). A block moved back
+        from C's edge writes from its own tile's first row and column on (as `vector`'s)."""
+        top, left = -(-row0 // BM) * BM, -(-col0 // BN) * BN
+        for i in range(FM):
+            for v1 in range(HALVES):
+                r = row0 + a_row + i * IM + 8 * v1
+                if top <= r < M:
+                    for j in range(FN):
+                        for v0 in range(2):
+                            c = col0 + c_col + j * IN + v0
+                            value = acc[(i * FN + j) * C_PER + 2 * v1 + v0]
+                            if left <= c < N:
+                                if SPLITS == 1:
+                                    store_one(C, (r, c), value)
+                                else:
+                                    add_one(C, (r, c), (value,))
+
+    def dmma_matmul(A, B, C):
+        if DYNAMIC:
+            sA = shared_a()
+            sB = shared_b()
+        else:
+            sA = cuda.shared.array(SA_SHAPE, elem_t, alignment=ALIGN)
+            sB = cuda.shared.array(SB_SHAPE, elem_t, alignment=ALIGN)
+        acc = cuda.local.array(ACCUMULATORS, elem_t)
+        a_frag = cuda.local.array(A_HELD, elem_t)
+        b_frag = cuda.local.array(B_HELD, elem_t)
+        tid = cuda.threadIdx.x
+        warp, lane = tid // WARP, tid % WARP
+        warp_row, warp_col = (warp % WARPS_M) * WM, (warp // WARPS_M) * WN
+        a_row, b_col, k_lane = warp_row + lane // 4, warp_col + lane // 4, lane % 4
+        M, N, K = dims(A, B)
+        top, left = origin(M, N)
+        # a tile on the bottom (right) edge moves back to end at C's last row (column), so that
+        # it copies without bounds tests like a block inside
+        row0 = M - BM if top + BM > M and M >= BM else top
+        col0 = N - BN if left + BN > N and N >= BN else left
+        k_begin, k_end = 0, K
+        if SPLITS > 1:
+            k_span = -(-K // (SPLITS * BK)) * BK
+            k_begin = cuda.blockIdx.y * k_span
+            k_end = min(K, k_begin + k_span)
+        for i in range(ACCUMULATORS):
+            acc[i] = elem_t(0)
+        multiply_all(A, B, sA, sB, k_begin, k_end, row0, col0, tid, a_row, b_col, k_lane, a_frag, b_frag, acc)
+        write_back(C, M, N, row0, col0, a_row, warp_col + 2 * (lane % 4), acc)
+
+    return Kernel("dmma", dict(config), dtype, dmma_matmul, block=(THREADS,), tile=(BM, BN), splits=SPLITS,
+                  min_blocks=config["min_blocks"], layout=layout, offset_bits=offset_bits, unaligned=NARROW,
+                  dynamic_shared=SHARED_BYTES if DYNAMIC else 0)
+
+
+def _gather(count: int):
+    """gather(values, first) -> (values[first], ..., values[first + count - 1]): an instruction's
+    operand as the tuple kernels.warp_mma takes."""
+    if count not in _GATHERS:
+        raise ValueError(f"no {count}-element operands")
+    return cuda.jit(device=True)(_GATHERS[count])
+
+
+_GATHERS = {
+    1: lambda x, i: (x[i],),
+    2: lambda x, i: (x[i], x[i + 1]),
+    4: lambda x, i: (x[i], x[i + 1], x[i + 2], x[i + 3]),
+    8: lambda x, i: (x[i], x[i + 1], x[i + 2], x[i + 3], x[i + 4], x[i + 5], x[i + 6], x[i + 7]),
+}
+
+
+FAMILY = Family("dmma", SPACE, DEFAULT, restrict, build, first_guess=0, shared_bytes=shared_bytes)
