@@ -85,9 +85,9 @@ def geometry(family: str, params: dict, dtype: str, cc: str) -> Geometry:
     elif family == "shared":
         tile, bk, threads, registers = (params["tpb"], params["tpb"]), params["tpb"], params["tpb"] ** 2, 32
         shared = kernels.family(family).shared_bytes(params, dtype)
-    elif family == "dmma":
+    elif family in dmma.MMA_FAMILIES:
         tile, bk, threads = (params["bm"], params["bn"]), params["bk"], dmma.threads_per_block(params)
-        registers = min(dmma.estimated_registers(params), limits.max_registers_per_thread)
+        registers = min(dmma.estimated_registers(params, dtype), limits.max_registers_per_thread)
         shared = dmma.shared_bytes(params, dtype)
     else:
         tile, bk, threads = (params["bm"], params["bn"]), params["bk"], threads_per_block(params)
@@ -113,7 +113,7 @@ def split_ms(m: int, n: int, splits: int, dtype: str) -> float:
 
 def tile_key(family: str, params: dict) -> tuple:
     """A config without its K-splits: the vector and splitk configs of one tile share a tau, as
-    do a dmma tile's splits."""
+    do a tensor-core tile's splits."""
     whole = tuple(sorted((k, v) for k, v in params.items() if k != "splits"))
     return ("tile" if family in ("vector", "splitk") else family, whole)
 
@@ -173,8 +173,8 @@ class Model:
             tile = {k: v for k, v in row["params"].items() if k != "splits"}
             if row["family"] in ("vector", "splitk"):
                 options = [("vector", tile)] + [("splitk", {**tile, "splits": s}) for s in SPLITS[1:]]
-            elif row["family"] == "dmma":
-                options = [("dmma", {**tile, "splits": s}) for s in SPLITS]
+            elif row["family"] in dmma.MMA_FAMILIES:
+                options = [(row["family"], {**tile, "splits": s}) for s in SPLITS]
             else:
                 options = [(row["family"], dict(row["params"]))]
             for family, params in options:

@@ -108,9 +108,9 @@ def shape_guesses(m: int, n: int, k: int, dtype: str, limits: DeviceLimits, sm_c
       for two waves;
     - few tiles (fewer 128x128 tiles than SMs): FEW_TILE, whole and with K split for two waves.
     Each is a split-K config only where K leaves every split at least MIN_SPLIT_STEPS steps.
-    float64 on a GPU of compute capability `cc` with FP64 tensor cores gets DMMA_TILE first,
-    whole and split for two waves (dmma_guesses)."""
-    guesses = dmma_guesses(m, n, k, dtype, limits, sm_count, cc)
+    float64 and float32 on a GPU of compute capability `cc` with tensor cores get their
+    tensor-core tile first, whole and split for two waves (mma_guesses)."""
+    guesses = mma_guesses(m, n, k, dtype, limits, sm_count, cc)
     tiles = []
     if min(m, n) <= SKINNY:
         tiles.append(fit_tile(SKINNY_TILE, m, n, k))
@@ -127,21 +127,30 @@ def shape_guesses(m: int, n: int, k: int, dtype: str, limits: DeviceLimits, sm_c
 #: capability has: sm_90 adds 16-row ones to sm_80's m8n8k4
 DMMA_TILE = {"bm": 64, "bn": 128, "bk": 16, "warps_m": 1, "warps_n": 4, "stages": 3, "min_blocks": 1}
 DMMA_SHAPES = {(8, 0): "m8n8k4", (9, 0): "m16n8k4"}
+#: float32's tile as three TF32 products (kernels.tf32x3), from sm_80 on
+TF32X3_TILE = {"bm": 64, "bn": 128, "bk": 16, "warps_m": 2, "warps_n": 2, "stages": 3, "chunk": 2, "min_blocks": 1}
+#: dtype -> the tensor-core family, its tile and the instruction shape by compute capability
+MMA_TILES = {"float64": ("dmma", DMMA_TILE, DMMA_SHAPES), "float32": ("tf32x3", TF32X3_TILE, {(8, 0): "m16n8k8"})}
+#: the data-center GPUs whose tensor cores multiply float64 and TF32 faster than their FFMA units;
+#: others (sm_86, sm_89, sm_120) run the instructions at no more than their FFMA rate
+FAST_TENSOR_CORES = {"8.0", "9.0", "10.0"}
 
 
-def dmma_guesses(m: int, n: int, k: int, dtype: str, limits: DeviceLimits, sm_count: int,
-                 cc: str | None) -> list[Config]:
-    """DMMA_TILE with the instruction of the newest architecture in DMMA_SHAPES that `cc` runs,
-    whole and with K split for two waves; none for other dtypes or older GPUs."""
-    if dtype != "float64" or not cc:
+def mma_guesses(m: int, n: int, k: int, dtype: str, limits: DeviceLimits, sm_count: int,
+                cc: str | None) -> list[Config]:
+    """The dtype's tensor-core tile (MMA_TILES) with the instruction of the newest architecture
+    that `cc` runs, whole and with K split for two waves; none for other dtypes or GPUs without
+    FAST_TENSOR_CORES."""
+    if dtype not in MMA_TILES or cc not in FAST_TENSOR_CORES:
         return []
+    family, tile, by_arch = MMA_TILES[dtype]
     version = tuple(int(part) for part in cc.split("."))
-    shapes = [shape for arch, shape in sorted(DMMA_SHAPES.items()) if version >= arch]
+    shapes = [shape for arch, shape in sorted(by_arch.items()) if version >= arch]
     if not shapes:
         return []
-    tile = {**DMMA_TILE, "mma": shapes[-1]}
+    tile = {**tile, "mma": shapes[-1]}
     splits = wave_splits(m, n, k, tile, sm_count)
-    configs = [Config.of("dmma", {**tile, "splits": s}) for s in dict.fromkeys((splits, 1))]
+    configs = [Config.of(family, {**tile, "splits": s}) for s in dict.fromkeys((splits, 1))]
     return [c for c in configs if infeasibility(c.family, c.params, dtype, limits) is None]
 
 

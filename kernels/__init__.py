@@ -71,8 +71,24 @@ def source_hash(name: str) -> str:
     cached config whose hash differs was measured on other code."""
     module = sys.modules[family(name).build.__module__]
     used = [value for value in vars(module).values() if isinstance(value, ModuleType) and value.__name__.startswith(__name__)]
-    text = "".join(inspect.getsource(m) for m in (module, *used, base, intrinsics, tiles))
+    known = {m.__name__ for m in (module, *used, base, intrinsics, tiles)}
+    more = [m for m in _modules_used(module) if m.__name__ not in known]  # names imported from them
+    text = "".join(inspect.getsource(m) for m in (module, *used, base, intrinsics, tiles, *more))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _modules_used(module: ModuleType) -> list[ModuleType]:
+    """The modules of this package that `module` uses, directly or through others, as modules
+    or by names imported from them, in name order."""
+    found, todo = {}, [module]
+    while todo:
+        for value in vars(todo.pop()).values():
+            source = value if isinstance(value, ModuleType) else sys.modules.get(getattr(value, "__module__", None) or "")
+            if source is not None and source.__name__.startswith(f"{__name__}.") and source.__name__ not in found:
+                found[source.__name__] = source
+                todo.append(source)
+    found.pop(module.__name__, None)
+    return [found[name] for name in sorted(found)]
 
 
 def source_hashes() -> dict[str, str]:

@@ -1,13 +1,14 @@
 """float64 products on the FP64 tensor cores: warps of `mma.sync` instructions (kernels.warp_mma).
 
 FFMA caps float64 at half the FP64 rate of a Hopper SM's tensor cores, where cuBLAS's
-DGEMM runs. A block of WARPS_M x WARPS_N warps computes a BM x BN tile of C, each warp a
+DGEMM runs. `make` also builds kernels.tf32x3's float32 kernels, which are these with three
+TF32 instructions where this family has one float64 instruction. A block of WARPS_M x WARPS_N warps computes a BM x BN tile of C, each warp a
 (BM / WARPS_M) x (BN / WARPS_N) part of it as tiles of the instruction's M x 8: per K of the
 instruction, a lane reads its elements of A and B (kernels.warp_mma.fragment) from shared memory
 and the warp issues one mma per tile. Tiles of A and B come into shared memory by asynchronous
 copies STAGES - 1 tiles ahead, moved as `vector`'s are (kernels.tiles.tile_copier, any layout),
-and lie there as sA[k, m] and sB[k, n] with PAD columns more per row: a lane reads rows
-k = lane % 4 (+ 4 v) at column lane // 4, and rows PAD mod 16 doubles apart put a warp's 32
+and lie there as sA[k, m] and sB[k, n] with PAD_BYTES more per row: a lane reads rows
+k = lane % 4 (+ 4 v) at column lane // 4, and rows 32 bytes (mod 128) apart put a warp's 32
 reads on distinct banks.
 Parameters:
   mma                 the instruction's shape, M x N x K (kernels.warp_mma.SHAPES): m8n8k4 on
@@ -31,10 +32,11 @@ from .intrinsics import (
     vector_width,
 )
 from .tiles import OVERHEAD_REGISTERS, tile_copier
-from .warp_mma import SHAPES, WARP, counts, mma_f64
+from .warp_mma import KINDS, SHAPES, WARP, counts, split_tf32
+from .warp_mma import mma as warp_mma
 
 SPACE = {
-    "mma": list(SHAPES),
+    "mma": list(KINDS["f64"]),
     "bm": [32, 64, 128, 256],
     "bn": [32, 64, 128, 256],
     "bk": [8, 16, 32],
@@ -46,13 +48,23 @@ SPACE = {
 }
 DEFAULT = {"mma": "m8n8k4", "bm": 64, "bn": 64, "bk": 8, "warps_m": 2, "warps_n": 2, "stages": 3, "splits": 1, "min_blocks": 1}
 DTYPE = "float64"
-PAD = 4
-#: accumulators a lane may hold: a warp's part of C over 32 lanes
-MAX_ACCUMULATORS = 64
+PAD_BYTES = 32
+#: registers a lane may give its accumulators (a warp's part of C over 32 lanes)
+MAX_ACCUMULATOR_REGISTERS = 128
+#: the instruction kind that multiplies each dtype, and the parts of an element a lane holds
+#: for it (float32 as TF32's big and small parts, kernels.warp_mma.split_tf32)
+KIND = {"float64": "f64", "float32": "tf32"}
+PARTS = {"float64": 1, "float32": 2}
+#: the families `make` builds
+MMA_FAMILIES = ("dmma", "tf32x3")
+
+
+def pad(dtype: str) -> int:
+    return PAD_BYTES // itemsize(dtype)
 
 
 def shared_bytes(config: dict, dtype: str = DTYPE) -> int:
-    return config["stages"] * config["bk"] * (config["bm"] + config["bn"] + 2 * PAD) * itemsize(dtype)
+    return config["stages"] * config["bk"] * (config["bm"] + config["bn"] + 2 * pad(dtype)) * itemsize(dtype)
 
 
 def warp_tiles(config: dict) -> tuple[int, int]:
@@ -65,33 +77,43 @@ def threads_per_block(config: dict) -> int:
     return config["warps_m"] * config["warps_n"] * WARP
 
 
-def estimated_registers(config: dict) -> int:
-    """Accumulators and one instruction's elements of A and B per tile row and column, 2
-    registers a double."""
+def estimated_registers(config: dict, dtype: str = DTYPE) -> int:
+    """Accumulators and a chunk's instructions' elements of A and B (each in PARTS) per tile row
+    and column, 2 registers a double."""
     fm, fn = warp_tiles(config)
     a, b, c = counts(config["mma"])
-    return 2 * (c * fm * fn + a * fm + b * fn) + OVERHEAD_REGISTERS
+    words = itemsize(dtype) // 4
+    fragments = PARTS[dtype] * config.get("chunk", 1) * (a * fm + b * fn)
+    return words * (c * fm * fn + fragments) + OVERHEAD_REGISTERS
 
 
 def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
     if dtype != DTYPE:
         return f"the FP64 tensor cores multiply {DTYPE} only"
+    return fits(config, dtype, limits)
+
+
+def fits(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
+    """Why `config` cannot run on a GPU of `limits`, or None."""
+    if config["mma"] not in KINDS[KIND[dtype]]:
+        return f"no {KIND[dtype]} mma of shape {config['mma']}"
     m, n, k = SHAPES[config["mma"]]
     if config["bm"] % (config["warps_m"] * m) or config["bn"] % (config["warps_n"] * n):
         return (f"{config['warps_m']}x{config['warps_n']} warps do not split a {config['bm']}x{config['bn']} tile "
                 f"into {m}x{n} tiles")
-    if config["bk"] % k:
-        return f"bk={config['bk']} is not a multiple of the instruction's K={k}"
+    if config["bk"] % (k * config.get("chunk", 1)):
+        return f"bk={config['bk']} is not a multiple of {config.get('chunk', 1)} steps of the instruction's K={k}"
     fm, fn = warp_tiles(config)
-    if fm * fn * counts(config["mma"])[2] > MAX_ACCUMULATORS:
-        return f"{fm * fn * counts(config['mma'])[2]} accumulators a lane > {MAX_ACCUMULATORS}"
+    accumulators = fm * fn * counts(config["mma"])[2]
+    if accumulators * itemsize(dtype) // 4 > MAX_ACCUMULATOR_REGISTERS:
+        return f"{accumulators} accumulators a lane > {MAX_ACCUMULATOR_REGISTERS} registers"
     threads, blocks = threads_per_block(config), config["min_blocks"]
     if threads * blocks > limits.max_threads_per_sm:
         return f"{blocks} blocks of {threads} threads > {limits.max_threads_per_sm} threads per SM"
     shared = shared_bytes(config, dtype)
     if shared > max(limits.max_shared_per_block, limits.max_dynamic_shared_per_block):
         return f"{shared} bytes of shared memory > {max(limits.max_shared_per_block, limits.max_dynamic_shared_per_block)}"
-    regs = estimated_registers(config)
+    regs = estimated_registers(config, dtype)
     budget = min(limits.max_registers_per_thread, limits.max_registers_per_block // (threads * blocks))
     if regs > budget:
         return f"needs ~{regs} registers per thread; {blocks} block(s) of {threads} threads leave {budget}"
@@ -99,11 +121,16 @@ def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
 
 
 def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Kernel:
-    """The kernel for `config`. `unaligned` names the operands built for rows that are not
-    16-byte aligned, whose tiles then move one element at a time inside the matrices (as
-    `vector`'s with wide_fetch)."""
     if dtype != DTYPE:
         raise ValueError(f"dmma multiplies {DTYPE} only, not {dtype}")
+    return make(config, dtype, "dmma", layout, offset_bits, unaligned)
+
+
+def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits: int = 32,
+         unaligned: str = "") -> Kernel:
+    """The kernel for `config` multiplying `dtype` by the instruction KIND names. `unaligned`
+    names the operands built for rows that are not 16-byte aligned, whose tiles then move one
+    element at a time inside the matrices (as `vector`'s with wide_fetch)."""
     BM, BN, BK, STAGES, SPLITS = config["bm"], config["bn"], config["bk"], config["stages"], config["splits"]
     WARPS_M = config["warps_m"]
     FM, FN = warp_tiles(config)
@@ -112,6 +139,11 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
     A_PER, B_PER, C_PER = counts(config["mma"])  # elements of one instruction a lane holds
     HALVES = IM // 8  # rows 8 apart that a lane holds of A and C
     ACCUMULATORS, A_HELD, B_HELD = FM * FN * C_PER, FM * A_PER, FN * B_PER
+    PARTS_HELD = PARTS[dtype]
+    CHUNK = config.get("chunk", 1)  # steps of the instruction's K summed before adding to acc
+    A_STEP, B_STEP = A_HELD * PARTS_HELD, B_HELD * PARTS_HELD  # one step's fragments
+    A_FRAGMENT, B_FRAGMENT = CHUNK * A_STEP, CHUNK * B_STEP
+    PAD = pad(dtype)
     THREADS = threads_per_block(config)
     VEC = vector_width(itemsize(dtype))
     elem_t = numba_type(dtype)
@@ -134,29 +166,77 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
     commit, wait_for_oldest = async_commit(), async_wait(STAGES - 2)
     origin, dims = tile_origin(BM, BN), product_shape(layout)
     load_shared = scalar_access(64)[0]
-    mma = mma_f64(config["mma"])
+    mma = warp_mma(config["mma"], KIND[dtype])
     gather_a, gather_b, gather_c = (_gather(count) for count in (A_PER, B_PER, C_PER))
     aligned = rows_aligned(VEC)
 
-    @cuda.jit(device=True)
-    def multiply_step(s, sA, sB, stage, a_row, b_col, k_lane, a_frag, b_frag, acc):
-        """Step s of the instruction's K: this lane's elements of A and B, then one mma per tile."""
-        k = s * IK + k_lane
-        for i in range(FM):
-            for v1 in range(IK // 4):
-                for v0 in range(HALVES):
-                    a_frag[i * A_PER + v0 + HALVES * v1] = load_shared(sA, (stage, k + 4 * v1, a_row + i * IM + 8 * v0))
-        for j in range(FN):
-            for v in range(IK // 4):
-                b_frag[j * B_PER + v] = load_shared(sB, (stage, k + 4 * v, b_col + j * IN))
-        for i in range(FM):
-            for j in range(FN):
-                first = (i * FN + j) * C_PER
-                d = mma(gather_a(a_frag, i * A_PER), gather_b(b_frag, j * B_PER), gather_c(acc, first))
-                for c in range(C_PER):
-                    acc[first + c] = d[c]
+    if PARTS_HELD == 1:
+        @cuda.jit(device=True)
+        def keep(frag, i, held, value):
+            frag[i] = value
 
-    multiply_tile = unrolled(multiply_step, BK // IK)
+        @cuda.jit(device=True)
+        def sums(a_frag, b_frag, a_first, b_first, c):
+            return mma(gather_a(a_frag, a_first), gather_b(b_frag, b_first), c)
+    else:
+        split = split_tf32()
+        ZERO = (elem_t(0),) * C_PER
+        assert C_PER == 4, "TF32's instructions are 16 x 8"
+
+        @cuda.jit(device=True)
+        def keep(frag, i, held, value):
+            """The element's big part at i, its small part `held` further on."""
+            big, small = split(value)
+            frag[i] = big
+            frag[i + held] = small
+
+        @cuda.jit(device=True)
+        def sums(a_frag, b_frag, a_first, b_first, c):
+            """C plus the chunk's CHUNK steps of A @ B, each as the three TF32 products that
+            matter, the small ones first. The tensor cores sum the chunk from zero and C is added
+            after: they round their sums toward zero, which in one accumulator over a long K
+            adds up to many times float32's error."""
+            d = ZERO
+            for s in range(CHUNK):
+                a, b = a_first + s * A_STEP, b_first + s * B_STEP
+                d = mma(gather_a(a_frag, a + A_HELD), gather_b(b_frag, b), d)
+                d = mma(gather_a(a_frag, a), gather_b(b_frag, b + B_HELD), d)
+                d = mma(gather_a(a_frag, a), gather_b(b_frag, b), d)
+            return c[0] + d[0], c[1] + d[1], c[2] + d[2], c[3] + d[3]
+
+    @cuda.jit(device=True)
+    def multiply_chunk(q, sA, sB, stage, a_row, b_col, k_lane, a_frag, b_frag, acc):
+        """Chunk q of CHUNK steps of the instruction's K: this lane's elements of A and B for
+        each step, then the sums per tile."""
+        for s in range(CHUNK):
+            k = (q * CHUNK + s) * IK + k_lane
+            for i in range(FM):
+                for v1 in range(IK // 4):
+                    for v0 in range(HALVES):
+                        keep(a_frag, s * A_STEP + i * A_PER + v0 + HALVES * v1, A_HELD,
+                             load_shared(sA, (stage, k + 4 * v1, a_row + i * IM + 8 * v0)))
+            for j in range(FN):
+                for v in range(IK // 4):
+                    keep(b_frag, s * B_STEP + j * B_PER + v, B_HELD,
+                         load_shared(sB, (stage, k + 4 * v, b_col + j * IN)))
+        sum_tiles(a_frag, b_frag, acc)
+
+    @cuda.jit(device=True)
+    def sum_tile(j, i, a_frag, b_frag, acc):
+        """The sums into tile (i, j) of the warp's FM x FN tiles of the instruction's M x N."""
+        first = (i * FN + j) * C_PER
+        d = sums(a_frag, b_frag, i * A_PER, j * B_PER, gather_c(acc, first))
+        for c in range(C_PER):
+            acc[first + c] = d[c]
+
+    sum_row = unrolled(sum_tile, FN)  # rolled loops would put acc on the stack
+
+    @cuda.jit(device=True)
+    def sum_row_i(i, a_frag, b_frag, acc):
+        sum_row(i, a_frag, b_frag, acc)
+
+    sum_tiles = unrolled(sum_row_i, FM)
+    multiply_tile = unrolled(multiply_chunk, BK // IK // CHUNK)
 
     def copied_steps(copy):
         """Multiply the tiles from k_from to k_to, each copied STAGES - 1 tiles ahead by `copy`,
@@ -222,7 +302,7 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
                                 else:
                                     add_one(C, (r, c), (value,))
 
-    def dmma_matmul(A, B, C):
+    def mma_matmul(A, B, C):
         if DYNAMIC:
             sA = shared_a()
             sB = shared_b()
@@ -230,8 +310,8 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
             sA = cuda.shared.array(SA_SHAPE, elem_t, alignment=ALIGN)
             sB = cuda.shared.array(SB_SHAPE, elem_t, alignment=ALIGN)
         acc = cuda.local.array(ACCUMULATORS, elem_t)
-        a_frag = cuda.local.array(A_HELD, elem_t)
-        b_frag = cuda.local.array(B_HELD, elem_t)
+        a_frag = cuda.local.array(A_FRAGMENT, elem_t)
+        b_frag = cuda.local.array(B_FRAGMENT, elem_t)
         tid = cuda.threadIdx.x
         warp, lane = tid // WARP, tid % WARP
         warp_row, warp_col = (warp % WARPS_M) * WM, (warp // WARPS_M) * WN
@@ -252,7 +332,7 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
         multiply_all(A, B, sA, sB, k_begin, k_end, row0, col0, tid, a_row, b_col, k_lane, a_frag, b_frag, acc)
         write_back(C, M, N, row0, col0, a_row, warp_col + 2 * (lane % 4), acc)
 
-    return Kernel("dmma", dict(config), dtype, dmma_matmul, block=(THREADS,), tile=(BM, BN), splits=SPLITS,
+    return Kernel(family, dict(config), dtype, mma_matmul, block=(THREADS,), tile=(BM, BN), splits=SPLITS,
                   min_blocks=config["min_blocks"], layout=layout, offset_bits=offset_bits, unaligned=NARROW,
                   dynamic_shared=SHARED_BYTES if DYNAMIC else 0)
 

@@ -130,15 +130,16 @@ def operands(torch, m: int, n: int, k: int, dtype: str, seed: int) -> Operands:
     return Operands(A, B, torch.empty((m, n), device="cuda", dtype=kind), rows, expected, error_bound(dtype, k))
 
 
-def timed(device: TorchDevice, call, ops: Operands) -> tuple[float | None, str | None]:
-    """Median seconds per call over CUDA-graph samples, or None and why."""
+def timed(device: TorchDevice, call, ops: Operands) -> tuple[float | None, str | None, float]:
+    """Median seconds per call over CUDA-graph samples, or None and why; and the product's
+    relative error."""
     torch = device.torch
     device.poison(ops.C)
     call()
     device.sync()
     error = ops.error(device.to_host(ops.C))
     if not error <= ops.bound:
-        return None, f"wrong product: relative error {error:.2e} > {ops.bound:.2e}"
+        return None, f"wrong product: relative error {error:.2e} > {ops.bound:.2e}", error
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     call()
@@ -147,12 +148,12 @@ def timed(device: TorchDevice, call, ops: Operands) -> tuple[float | None, str |
     once = max(start.elapsed_time(stop) * 1e-3, 1e-6)
     calls = max(1, min(MAX_GRAPH_CALLS, round(GRAPH_SAMPLE_SECONDS / once)))
     timer = device.kernel_timer(call, ops, calls)
-    return statistics.median(timer.sample() for _ in range(SAMPLES)), None
+    return statistics.median(timer.sample() for _ in range(SAMPLES)), None, error
 
 
 def time_job(device: TorchDevice, gpu, root: Path, failed: dict, j: dict, ops: Operands) -> None:
     """Time job `j` on `ops` through the driver plan of its stored kernel: sets its error, or its
-    registers and GFLOPS."""
+    registers, relative error and GFLOPS."""
     import torch
 
     from autotune import calls
@@ -165,14 +166,16 @@ def time_job(device: TorchDevice, gpu, root: Path, failed: dict, j: dict, ops: O
     m, n, k = j["shape"]
     plan = calls.entry_plan(gpu, entry, m, n, k, dtype)
     j["registers"] = entry.header.get("registers")
-    seconds, j["error"] = timed(device, lambda: plan.launch(ops.A.data_ptr(), ops.B.data_ptr(), ops.C.data_ptr(),
-                                                             torch.cuda.current_stream().cuda_stream), ops)
+    seconds, j["error"], j["relative_error"] = timed(
+        device, lambda: plan.launch(ops.A.data_ptr(), ops.B.data_ptr(), ops.C.data_ptr(),
+                                    torch.cuda.current_stream().cuda_stream), ops)
     j["gflops"] = 2 * m * n * k / seconds / 1e9 if seconds else None
 
 
 def timed_shapes(device: TorchDevice, jobs: list[dict], root: Path, failed: dict, deadline: float):
     """Per shape and dtype of `jobs`, in order: cuBLAS and then every job timed on one set of
-    operands (time_job); yields ((shape, dtype), jobs, cuBLAS GFLOPS or None, seconds taken).
+    operands (time_job); yields ((shape, dtype), jobs, cuBLAS GFLOPS or None, seconds taken,
+    cuBLAS's relative error).
     Starts no shape after `deadline` (time.perf_counter)."""
     import torch
 
@@ -189,10 +192,11 @@ def timed_shapes(device: TorchDevice, jobs: list[dict], root: Path, failed: dict
         started = time.perf_counter()
         m, n, k = shape
         ops = operands(torch, m, n, k, dtype, seed=index)
-        blas, _ = timed(device, lambda: torch.matmul(ops.A, ops.B, out=ops.C), ops)
+        blas, _, blas_error = timed(device, lambda: torch.matmul(ops.A, ops.B, out=ops.C), ops)
         for j in group:
             time_job(device, gpu, root, failed, j, ops)
-        yield (shape, dtype), group, 2 * m * n * k / blas / 1e9 if blas else None, time.perf_counter() - started
+        yield ((shape, dtype), group, 2 * m * n * k / blas / 1e9 if blas else None, time.perf_counter() - started,
+               blas_error)
 
 
 def main() -> None:
@@ -224,7 +228,7 @@ def main() -> None:
 
     device = TorchDevice()
     result = {"device": device.name, "label": args.label, "kernels": source_hashes(), "shapes": []}
-    for (shape, dtype), group, blas_gflops, seconds in timed_shapes(device, jobs, root, failed, began + args.seconds):
+    for (shape, dtype), group, blas_gflops, seconds, _ in timed_shapes(device, jobs, root, failed, began + args.seconds):
         done = [j for j in group if j.get("gflops")]
         best = max(done, key=lambda j: j["gflops"]) if done else None
         picked = [j for j in group if j.get("lookup") or j["source"] == "record"]

@@ -176,7 +176,7 @@ def main() -> None:
 
     device = TorchDevice()
     result = {"device": device.name, "kernels": source_hashes(), "tiles": tiles, "shapes": []}
-    for (shape, _), group, blas_gflops, seconds in timed_shapes(device, jobs, root, failed, began + args.seconds):
+    for (shape, _), group, blas_gflops, seconds, _ in timed_shapes(device, jobs, root, failed, began + args.seconds):
         done = [j for j in group if j.get("gflops")]
         best = max(done, key=lambda j: j["gflops"]) if done else None
         picked = [j for j in group if j.get("lookup")]

@@ -13,8 +13,8 @@ from numba import cuda
 
 import kernels
 from kernels import warp_mma
-from autotune.measure import poison_value, random_inputs, reference, relative_error, error_bound, stored
-from autotune.space import DMMA_TILE, DeviceLimits, families_for, feasible_configs
+from autotune.measure import compare, poison_value, random_inputs, reference, relative_error, error_bound, stored
+from autotune.space import DMMA_TILE, TF32X3_TILE, DeviceLimits, families_for, feasible_configs
 from autotune.operands import OperandError, arrays_layout, check_shapes
 
 DTYPES = list(kernels.DTYPES)
@@ -28,7 +28,9 @@ if ON_GPU:
         CONFIGS[name].append({**kernels.FAMILIES[name].default, **PIPELINED})
         CONFIGS[name].append({**kernels.FAMILIES[name].default, **ASYNC, "stages": 3})
     CONFIGS["dmma"].append({**DMMA_TILE, "mma": "m16n8k4", "splits": 2})
+    CONFIGS["tf32x3"].append({**TF32X3_TILE, "mma": "m16n8k8", "splits": 2})
     SHAPES = [(1, 1, 1), (1, 1000, 1), (257, 129, 1), (513, 1021, 769), (1000, 1000, 1000), (1000, 1024, 996)]
+    FAMILY_SHAPES = {}
 else:
     # Small tiles keep the simulator (one Python thread per CUDA thread) fast.
     CONFIGS = {
@@ -55,6 +57,16 @@ else:
             {"mma": "m16n8k4", "bm": 16, "bn": 32, "bk": 8, "warps_m": 1, "warps_n": 1, "stages": 4, "splits": 1,
              "min_blocks": 1},
         ],
+        # both TF32 instruction shapes; one chunk of 2 steps and 2 chunks of 1 step per tile of K; a
+        # warp's tiles along columns and along rows; K split; 3 stages
+        "tf32x3": [
+            {"mma": "m16n8k8", "bm": 32, "bn": 16, "bk": 16, "warps_m": 2, "warps_n": 1, "stages": 2, "chunk": 2,
+             "splits": 1, "min_blocks": 1},
+            {"mma": "m16n8k4", "bm": 32, "bn": 16, "bk": 8, "warps_m": 1, "warps_n": 2, "stages": 2, "chunk": 1,
+             "splits": 2, "min_blocks": 1},
+            {"mma": "m16n8k8", "bm": 16, "bn": 8, "bk": 8, "warps_m": 1, "warps_n": 1, "stages": 3, "chunk": 1,
+             "splits": 1, "min_blocks": 1},
+        ],
         # K=19 in 4 splits of one 8-step each leaves the fourth split empty
         "splitk": [
             {"bm": 32, "bn": 32, "bk": 8, "tm": 4, "tn": 4, "pad": 4, "stages": 2, "min_blocks": 1, "splits": 4,
@@ -66,13 +78,18 @@ else:
     # the last has 16-byte-aligned rows (K, N multiples of 4) and whole tiles inside, for wide fetches,
     # and K long enough for asynchronous copies to run unchecked for a few tiles
     SHAPES = [(1, 1, 1), (1, 13, 1), (7, 1, 3), (17, 23, 19), (3, 41, 37), (37, 68, 44)]
+    # tf32x3 issues three instructions where dmma issues one, each meeting the block's threads at a
+    # barrier here: the fewest and smallest shapes that still leave partial tiles and split K
+    # unevenly, and (the last) aligned rows in every layout with whole tiles inside C and K long
+    # enough for copies without bounds tests
+    FAMILY_SHAPES = {"tf32x3": [(1, 1, 1), (7, 1, 3), (17, 23, 19), (32, 20, 32)]}
 
 CASES = [
     pytest.param(family, config, id=f"{family}-{i}")
     for family, configs in CONFIGS.items()
     for i, config in enumerate(configs)
 ]
-#: the dtypes each family multiplies (dmma: float64 alone)
+#: the dtypes each family multiplies (dmma: float64 alone; tf32x3: float32 alone)
 FAMILY_DTYPES = {family: [d for d in DTYPES if family in families_for(d)] for family in CONFIGS}
 
 
@@ -106,7 +123,8 @@ def assert_matches_reference(kernel, A, B):
 ])
 def test_family_matches_reference_on_odd_shapes(family, config, dtype, rng):
     kernel = kernels.build(family, config, dtype)
-    shapes = SHAPES if config is CONFIGS[family][0] else SHAPES[-2:]
+    family_shapes = FAMILY_SHAPES.get(family, SHAPES)
+    shapes = family_shapes if config is CONFIGS[family][0] else family_shapes[-2:]
     for m, n, k in shapes:
         A, B = random_inputs(m, n, k, dtype, rng)
         assert_matches_reference(kernel, A, B)
@@ -132,7 +150,7 @@ def test_transposed_layouts_match_reference(family, config, layout, rng):
     layout (M, N, K multiples of 4), so wide moves of the parts stored as they are run too."""
     dtype = dtype_of(family)
     kernel = kernels.build(family, config, dtype, layout)
-    for m, n, k in [(17, 23, 19), (36, 68, 44)]:
+    for m, n, k in FAMILY_SHAPES[family][-2:] if family in FAMILY_SHAPES else [(17, 23, 19), (36, 68, 44)]:
         A, B = random_inputs(m, n, k, dtype, rng)
         out = run_layout(kernel, A, B)
         assert np.all(np.isfinite(out)), "unwritten (poisoned) elements remain"
@@ -297,7 +315,7 @@ def test_feasible_configs_are_correct(data):
     assert_matches_reference(kernels.build(family, config, dtype), A, B)
 
 
-# --- the FP64 tensor cores' fragments (kernels.warp_mma) ---
+# --- the tensor cores' fragments and TF32 (kernels.warp_mma) ---
 
 def test_mma_fragments_follow_the_ptx_tables():
     """PTX ISA, m16n8k8 .f64: a0..a3 at (g, t), (g+8, t), (g, t+4), (g+8, t+4); b0, b1 at (t, g),
@@ -312,14 +330,11 @@ def test_mma_fragments_follow_the_ptx_tables():
             assert sorted(e for h in held for e in h[name]) == [(r, c) for r in range(rows) for c in range(cols)]
 
 
-@pytest.mark.skipif(ON_GPU, reason="the simulator's exchange of fragments")
-@pytest.mark.parametrize("shape", list(warp_mma.SHAPES))
-def test_simulated_mma_multiplies_a_warps_fragments(shape, rng):
-    m, n, k = warp_mma.SHAPES[shape]
-    a_count, b_count, c_count = warp_mma.counts(shape)
-    mma = warp_mma.mma_f64(shape)
+def one_warps_mma(shape, kind, A, B, C):
+    """D = A @ B + C by the simulator's mma of `kind`, each of 32 lanes passing its fragments."""
+    m, n, _ = warp_mma.SHAPES[shape]
+    mma = warp_mma.mma(shape, kind)
     lanes = [warp_mma.fragment(shape, lane) for lane in range(32)]
-    A, B, C = rng.standard_normal((m, k)), rng.standard_normal((k, n)), rng.standard_normal((m, n))
     a = np.array([[A[e] for e in lane["A"]] for lane in lanes])
     b = np.array([[B[e] for e in lane["B"]] for lane in lanes])
     c = np.array([[C[e] for e in lane["C"]] for lane in lanes])
@@ -331,13 +346,124 @@ def test_simulated_mma_multiplies_a_warps_fragments(shape, rng):
         for i in range(len(out)):
             d[lane, i] = out[i]
 
-    d = np.zeros((32, c_count))
+    d = np.zeros((32, warp_mma.counts(shape)[2]), C.dtype)
     one_warp[1, 32](a, b, c, d)
-    D = np.zeros((m, n))
+    D = np.zeros((m, n), C.dtype)
     for lane, values in zip(lanes, d):
         for e, value in zip(lane["C"], values):
             D[e] = value
-    np.testing.assert_allclose(D, A @ B + C, rtol=1e-12, atol=1e-12)
+    return D
+
+
+@pytest.mark.skipif(ON_GPU, reason="the simulator's exchange of fragments")
+@pytest.mark.parametrize("shape", warp_mma.KINDS["f64"])
+def test_simulated_mma_multiplies_a_warps_fragments(shape, rng):
+    m, n, k = warp_mma.SHAPES[shape]
+    A, B, C = rng.standard_normal((m, k)), rng.standard_normal((k, n)), rng.standard_normal((m, n))
+    np.testing.assert_allclose(one_warps_mma(shape, "f64", A, B, C), A @ B + C, rtol=1e-12, atol=1e-12)
+
+
+def bits(x) -> np.ndarray:
+    return np.asarray(x, np.float32).view(np.uint32)
+
+
+def from_bits(*words) -> np.ndarray:
+    return np.array(words, np.uint32).view(np.float32)
+
+
+#: float32 -> TF32 rounding and truncation of whole arrays, through kernels.warp_mma's own functions
+rounded_tf32 = np.vectorize(warp_mma.round_tf32, otypes=[np.float32])
+truncated_tf32 = np.vectorize(warp_mma.truncated_tf32, otypes=[np.float32])
+
+
+@pytest.mark.skipif(ON_GPU, reason="the simulator's TF32 arithmetic")
+@pytest.mark.parametrize("shape", warp_mma.KINDS["tf32"])
+def test_simulated_tf32_mma_multiplies_tf32_values_and_reads_nothing_else(shape, rng):
+    """TF32 values exactly (their products are exact in float32, the sums are float32's); of other
+    float32 operands only their TF32 bits (as the tensor cores read them)."""
+    m, n, k = warp_mma.SHAPES[shape]
+    A = rng.standard_normal((m, k), np.float32)
+    B = rng.standard_normal((k, n), np.float32)
+    C = rng.standard_normal((m, n), np.float32)
+    tf32_A, tf32_B = rounded_tf32(A), rounded_tf32(B)
+    assert not (bits(tf32_A) & 0x1FFF).any() and not (bits(tf32_B) & 0x1FFF).any()
+    exact = tf32_A.astype(np.float64) @ tf32_B + C
+    np.testing.assert_allclose(one_warps_mma(shape, "tf32", tf32_A, tf32_B, C), exact, rtol=1e-5, atol=1e-5)
+    truncated = truncated_tf32(A).astype(np.float64) @ truncated_tf32(B) + C
+    D = one_warps_mma(shape, "tf32", A, B, C)
+    np.testing.assert_allclose(D, truncated, rtol=1e-5, atol=1e-5)
+    assert np.abs(D - (A.astype(np.float64) @ B + C)).max() > 1e-3  # float32's product it is not
+
+
+def test_mma_kinds_take_their_own_shapes():
+    assert warp_mma.KINDS["tf32"] == ("m16n8k4", "m16n8k8") and set(warp_mma.KINDS["f64"]) == set(warp_mma.SHAPES)
+    with pytest.raises(ValueError, match="no tf32 mma of shape 'm8n8k4'"):
+        warp_mma.mma("m8n8k4", "tf32")
+    with pytest.raises(ValueError, match="no tf32 mma of shape 'm16n8k16'"):
+        warp_mma.mma("m16n8k16", "tf32")
+    with pytest.raises(ValueError, match="no bf16 mma"):
+        warp_mma.mma("m16n8k8", "bf16")
+
+
+def test_round_tf32_rounds_to_nearest_with_ties_away_from_zero():
+    one = 0x3F800000
+    cases = {
+        one + 0x1000: one + 0x2000,  # 1 + 2**-11, half-way: away from zero (to even would give 1)
+        one + 0x3000: one + 0x4000,  # 1 + 2**-10 + 2**-11, half-way: away from zero
+        one + 0x0FFF: one,  # below half-way
+        one + 0x0800: one,  # 1 + 2**-12
+        one + 0x1001: one + 0x2000,  # above half-way
+        one + 0x2000: one + 0x2000,  # TF32 already
+        0x3FFFF000: 0x40000000,  # the carry runs into the exponent: 2 - 2**-11 -> 2
+        0x00001000: 0x00002000,  # subnormals too
+        0x7F7FF000: 0x7F800000,  # past float32's largest: inf
+        0x7F800000: 0x7F800000,  # inf stays inf
+    }
+    for x, expected in cases.items():
+        for sign in (0, 0x80000000):  # symmetric: ties away from zero either way
+            got = bits(warp_mma.round_tf32(from_bits(x | sign)[0]))
+            assert got == expected | sign, (hex(x | sign), hex(int(got)), hex(expected | sign))
+    assert warp_mma.round_tf32(1 + 2**-11) == 1 + 2**-10 and warp_mma.round_tf32(1 + 2**-12) == 1.0
+    assert warp_mma.round_tf32(-(1 + 2**-11)) == -(1 + 2**-10) and warp_mma.round_tf32(-(1 + 2**-12)) == -1.0
+    assert warp_mma.round_tf32(float("inf")) == float("inf") and warp_mma.round_tf32(-float("inf")) == -float("inf")
+    # NaNs stay NaNs, also those that rounding their bits would make inf (payload in the dropped
+    # bits only) or -0 (the carry out of the top)
+    for nan in (0x7FC00000, 0x7F800001, 0x7F800FFF, 0x7FFFF000, 0xFFFFFFFF):
+        assert np.isnan(warp_mma.round_tf32(from_bits(nan)[0])), hex(nan)
+    assert bits(warp_mma.truncated_tf32(from_bits(one + 0x1FFF)[0])) == one  # the tensor cores' reading: truncation
+
+
+def test_simulated_split_holds_a_float32_in_two_tf32_values(rng):
+    x = np.ldexp(rng.standard_normal(2000), rng.integers(-60, 60, 2000)).astype(np.float32)
+    parts = np.array([warp_mma._simulated_split_tf32(value) for value in x], np.float64)
+    big, small = parts[:, 0], parts[:, 1]
+    assert np.array_equal(big.astype(np.float32), big) and np.array_equal(small.astype(np.float32), small)
+    assert not (bits(big) & 0x1FFF).any() and not (bits(small) & 0x1FFF).any()
+    assert np.all(np.abs(big + small - x) <= 2.0**-22 * np.abs(x))
+    assert np.count_nonzero(small) > len(x) // 2  # big alone would not do
+
+
+def test_tf32x3_fails_verification_without_its_split(rng):
+    """The simulated TF32 mma reads only its operands' TF32 bits, so a tf32x3 kernel that passed A
+    and B to it unsplit would fail the project's verification by far (as would one TF32 product of
+    rounded operands, torch's allow_tf32), while the three products of the split parts pass: the
+    kernel tests above catch a lost or broken split."""
+    m, n, k = 16, 16, 256
+    A, B = random_inputs(m, n, k, "float32", rng)
+    bound = error_bound("float32", k)
+
+    def verified(product):
+        return compare(product.astype(np.float32), A, B, "float32", rng)
+
+    unsplit = verified(truncated_tf32(A).astype(np.float64) @ truncated_tf32(B))
+    assert not unsplit.ok and unsplit.error > 10 * bound
+    one_product = verified(rounded_tf32(A).astype(np.float64) @ rounded_tf32(B))
+    assert not one_product.ok and one_product.error > 10 * bound
+    split = np.vectorize(warp_mma._simulated_split_tf32, otypes=[np.float32, np.float32])
+    (a_big, a_small), (b_big, b_small) = split(A), split(B)
+    three = (a_small.astype(np.float64) @ b_big + a_big.astype(np.float64) @ b_small
+             + a_big.astype(np.float64) @ b_big)
+    assert verified(three).ok
 
 
 @pytest.mark.parametrize("layout", kernels.LAYOUTS)
@@ -355,3 +481,22 @@ def test_dmma_moves_unaligned_rows_one_element_at_a_time(layout, rng):
 def test_dmma_multiplies_float64_alone():
     with pytest.raises(ValueError, match="dmma multiplies float64 only"):
         kernels.build("dmma", kernels.family("dmma").default, "float32")
+
+
+@pytest.mark.parametrize("layout", kernels.LAYOUTS)
+def test_tf32x3_moves_unaligned_rows_one_element_at_a_time(layout, rng):
+    """float32 rows of odd length are not 16-byte aligned: blocks inside C still copy untested
+    (the last config: small tiles and 3 stages, so that the simulator's shape is small too)."""
+    m, n, k = (ON_GPU and (1001, 1023, 999)) or (17, 9, 25)
+    kernel = kernels.build_for("tf32x3", CONFIGS["tf32x3"][-1], "float32", (m, n, k), layout)
+    assert kernel.unaligned == "".join(name for name, wide in (("A", layout[0] == "T"), ("B", layout[1] == "N")) if wide)
+    A, B = random_inputs(m, n, k, "float32", rng, layout)
+    C = cuda.to_device(np.full((m, n), np.nan, np.float32))
+    kernel(*(cuda.to_device(x) for x in stored(A, B, layout)), C)
+    assert compare(C.copy_to_host(), A, B, "float32", rng).ok
+
+
+def test_tf32x3_multiplies_float32_alone():
+    for dtype in ("float64", "int32"):
+        with pytest.raises(ValueError, match=f"tf32x3 multiplies float32 only, not {dtype}"):
+            kernels.build("tf32x3", kernels.family("tf32x3").default, dtype)

@@ -134,3 +134,20 @@ def test_dmma_rows_are_priced_per_split_and_never_split_when_deterministic():
     splits = {params["splits"] for _, params, _, _ in fitted.candidates("float64", deterministic=False)}
     assert splits == set(model.SPLITS)
     assert {params["splits"] for _, params, _, _ in fitted.candidates("float64", deterministic=True)} == {1}
+
+
+def test_tf32x3_rows_are_priced_per_split_for_float32_alone():
+    tile = {"mma": "m16n8k8", "bm": 64, "bn": 128, "bk": 16, "warps_m": 2, "warps_n": 2, "stages": 3, "chunk": 2,
+            "min_blocks": 1}
+    geometry = model.geometry("tf32x3", {**tile, "splits": 2}, "float32", "9.0")
+    assert (geometry.tile, geometry.bk, geometry.splits) == ((64, 128), 16, 2)
+    assert model.tile_key("tf32x3", {**tile, "splits": 2}) == model.tile_key("tf32x3", {**tile, "splits": 1})
+    assert model.tile_key("tf32x3", tile) != model.tile_key("dmma", tile)
+    rows = [{"family": "tf32x3", "params": {**tile, "splits": 2}, "dtype": "float32", "m": 1024, "n": 1024,
+             "k": 8192, "median_ms": 0.2}]
+    fitted = model.Model(rows, 132, "9.0")
+    candidates = list(fitted.candidates("float32", deterministic=False))
+    assert {family for family, _, _, _ in candidates} == {"tf32x3"}
+    assert {params["splits"] for _, params, _, _ in candidates} == set(model.SPLITS)
+    assert {params["splits"] for _, params, _, _ in fitted.candidates("float32", deterministic=True)} == {1}
+    assert list(fitted.candidates("float64", deterministic=False)) == []  # TF32 makes float32 alone

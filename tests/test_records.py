@@ -7,6 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 import autotune.records
+import kernels
 from autotune.bench import parse_shapes
 from autotune.cache import Cache
 from autotune.cli import app
@@ -30,6 +31,22 @@ def test_the_shipped_records_are_package_data_one_file_per_gpu_model():
     assert (4096, 4096, 4096) in {(r["m"], r["n"], r["k"]) for r in h200}
     assert all(isinstance(r["params"], dict) for r in h200)
     assert len(shipped_rows()) >= len(h200) and shipped_rows("NVIDIA H200", "int32") == shipped_rows("No such GPU") == []
+
+
+def test_every_shipped_record_was_measured_on_todays_kernels():
+    """A kernel changed without its records re-timed (`mmtune warm --retime` on the GPU, then
+    `mmtune promote`) would serve stale measurements with a warning at every lookup."""
+    hashes = kernels.source_hashes()
+    stale = [f"{r['device']} {r['dtype']} {r['m']}x{r['n']}x{r['k']} {r['family']}" for r in shipped_rows()
+             if r.get("source_hash") != hashes[r["family"]]]
+    assert not stale, f"records of older kernel code: {stale}"
+
+
+def test_a_familys_source_hash_covers_the_modules_it_imports_names_from():
+    from kernels import dmma, tf32x3, warp_mma
+
+    assert warp_mma in kernels._modules_used(dmma)
+    assert {dmma, warp_mma} <= set(kernels._modules_used(tf32x3))
 
 
 def test_the_suites_are_package_data():

@@ -4,6 +4,7 @@ import pytest
 import kernels
 from autotune.space import (
     DMMA_TILE,
+    TF32X3_TILE,
     DeviceLimits,
     default_config,
     families_for,
@@ -16,6 +17,7 @@ from autotune.space import (
     suggest,
     trial_params,
 )
+from kernels import dmma
 from kernels.base import Config
 from kernels.resources import parse_report
 
@@ -29,6 +31,8 @@ def test_defaults_are_feasible_everywhere_for_the_dtypes_the_family_takes(family
     reason = infeasibility(family, default_config(family), dtype, LIMITS)
     if family == "dmma" and dtype != "float64":  # the FP64 tensor cores
         assert reason == "the FP64 tensor cores multiply float64 only" and family not in families_for(dtype)
+    elif family == "tf32x3" and dtype != "float32":  # float32 as three TF32 products
+        assert reason == "three TF32 products make float32 only" and family not in families_for(dtype)
     else:
         assert reason is None and family in families_for(dtype)
 
@@ -173,6 +177,45 @@ def test_float64_takes_the_fp64_tensor_cores_by_compute_capability():
     split, whole = shape_guesses(512, 512, 16384, "float64", hopper, 132, "9.0")[:2]  # 32 tiles: split for 2 waves
     assert (split.params["splits"], whole.params["splits"]) == (16, 1)
     assert shape_guesses(4096, 4096, 4096, "float64", DeviceLimits.for_cc("8.0"), 108, "8.0")[0].params["mma"] == "m8n8k4"
-    for dtype, cc in (("float64", "7.5"), ("float64", None), ("float32", "9.0")):
+    for dtype, cc in (("float64", "7.5"), ("float64", "8.6"), ("float64", None), ("float32", "9.0")):
         assert all(g.family != "dmma" for g in shape_guesses(4096, 4096, 4096, dtype, hopper, 132, cc))
     assert families_for("float64")[0] == "dmma" and "dmma" not in families_for("float32")
+
+
+def test_float32_takes_three_tf32_products_on_data_center_gpus_from_sm80_on():
+    hopper = DeviceLimits.for_cc("9.0")
+    guesses = shape_guesses(4096, 4096, 4096, "float32", hopper, 132, "9.0")
+    assert guesses[0].family == "tf32x3" and guesses[0].params == {**TF32X3_TILE, "mma": "m16n8k8", "splits": 1}
+    split, whole = shape_guesses(512, 512, 16384, "float32", hopper, 132, "9.0")[:2]  # 32 tiles: split for 2 waves
+    assert (split.family, whole.family) == ("tf32x3", "tf32x3")
+    assert (split.params["splits"], whole.params["splits"]) == (16, 1)
+    ampere = shape_guesses(4096, 4096, 4096, "float32", DeviceLimits.for_cc("8.0"), 108, "8.0")[0]
+    assert (ampere.family, ampere.params["mma"]) == ("tf32x3", "m16n8k8")
+    for dtype, cc in (("float32", "7.0"), ("float32", "7.5"), ("float32", "8.6"), ("float32", "8.9"), ("float32", None),
+                      ("float64", "9.0"), ("int32", "9.0")):
+        assert all(g.family != "tf32x3" for g in shape_guesses(4096, 4096, 4096, dtype, hopper, 132, cc))
+    assert families_for("float32")[0] == "tf32x3" and "dmma" not in families_for("float32")
+    assert "tf32x3" not in families_for("float64") and "tf32x3" not in families_for("int32")
+
+
+@pytest.mark.parametrize(
+    "change,reason",
+    [
+        ({"mma": "m8n8k4"}, "mma='m8n8k4' is not one of ['m16n8k4', 'm16n8k8']"),
+        ({"mma": "m16n8k16"}, "mma='m16n8k16' is not one of ['m16n8k4', 'm16n8k8']"),
+        ({"bk": 8, "chunk": 2}, "bk=8 is not a multiple of 2 steps of the instruction's K=8"),
+        ({"mma": "m16n8k4", "bk": 8, "chunk": 4}, "bk=8 is not a multiple of 4 steps of the instruction's K=4"),
+    ],
+)
+def test_tf32x3_configs_need_a_tf32_shape_and_whole_chunks(change, reason):
+    config = {**default_config("tf32x3"), **change}
+    assert infeasibility("tf32x3", config, "float32", LIMITS) == reason
+    assert infeasibility("tf32x3", {**config, **default_config("tf32x3")}, "float32", LIMITS) is None
+
+
+def test_the_tensor_core_fit_checks_the_instruction_against_the_dtype():
+    """kernels.dmma.fits, which both tensor-core families' restrictions end in: f64's shapes are
+    not all TF32 instructions."""
+    assert dmma.fits({**default_config("tf32x3"), "mma": "m8n8k4"}, "float32", LIMITS) == "no tf32 mma of shape m8n8k4"
+    assert dmma.fits({**default_config("dmma"), "mma": "m16n8k16", "bk": 16, "stages": 2}, "float64", LIMITS) is None
+    assert dmma.fits({**default_config("tf32x3"), "mma": "m16n8k16"}, "float32", LIMITS) == "no tf32 mma of shape m16n8k16"

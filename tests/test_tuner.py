@@ -159,8 +159,9 @@ def test_an_untuned_shape_warm_starts_from_the_measured_tables_best_candidates()
 
 def test_a_cold_study_tries_the_families_defaults_best_guess_first():
     replay = Replay()
-    run(replay, trials=5, families=list(FAMILY_NAMES))
-    assert replay.calls[:5] == [config_key(f, kernels.family(f).default) for f in ["vector", "splitk", "register", "shared", "naive"]]
+    run(replay, trials=6, families=list(FAMILY_NAMES))  # float32: every family but dmma
+    assert replay.calls[:6] == [config_key(f, kernels.family(f).default)
+                                for f in ["tf32x3", "vector", "splitk", "register", "shared", "naive"]]
 
 
 @pytest.mark.parametrize("sampler", ["climb", "random", "grid", "tpe"])
@@ -315,7 +316,7 @@ def test_every_family_module_is_in_the_registry_in_first_guess_order():
     families = [entry for entry in kernels.FAMILIES.values()]
     assert {entry.build.__module__.rsplit(".", 1)[1] for entry in families} <= modules
     assert [e.first_guess for e in families] == sorted(e.first_guess for e in families)
-    assert list(kernels.FAMILIES) == [e.name for e in families] == ["dmma", "vector", "splitk", "register", "shared", "naive"]
+    assert list(kernels.FAMILIES) == [e.name for e in families] == ["dmma", "tf32x3", "vector", "splitk", "register", "shared", "naive"]
 
 
 class Forking(Replay):
@@ -359,6 +360,7 @@ def test_a_skinny_shape_starts_from_the_shape_rule(monkeypatch):
 
 
 def test_a_tune_searches_the_families_that_take_its_dtype():
-    assert "dmma" not in TuneRequest(4, 4, 4).families
-    assert TuneRequest(4, 4, 4, dtype="float64").families == list(FAMILY_NAMES)
+    assert TuneRequest(4, 4, 4).families == ["tf32x3", "vector", "splitk", "register", "shared", "naive"]
+    assert TuneRequest(4, 4, 4, dtype="float64").families == ["dmma", "vector", "splitk", "register", "shared", "naive"]
+    assert TuneRequest(4, 4, 4, dtype="int32").families == ["vector", "splitk", "register", "shared", "naive"]
     assert TuneRequest(4, 4, 4, dtype="float64", families=["vector"]).families == ["vector"]

@@ -1,0 +1,41 @@
+"""float32 products on the tensor cores, each as three TF32 products ("3xTF32").
+
+FFMA caps float32 at the CUDA cores' rate, where cuBLAS's SGEMM runs; the tensor cores multiply
+TF32 (float32 with a 10-bit mantissa) several times faster. A lane splits each float32 element
+x of A and B it reads into x's TF32 rounding, big, and the TF32 rounding of the rest, small
+(kernels.warp_mma.split_tf32), and the warp adds small_A @ big_B, big_A @ small_B and big_A @ big_B
+into float32 accumulators: the term left out, small_A @ small_B, and the bits neither part holds
+are below float32's rounding of each product, so the result is float32's to within its
+verification bound (autotune.measure), unlike one TF32 product (torch's allow_tf32), which is not.
+The tensor cores round their sums toward zero, so a warp sums `chunk` steps of the instruction's
+K into a fresh zero per tile and adds that to its float32 accumulators: a longer chunk adds less
+often (faster) and holds more fragments (registers). Everything else is `dmma`'s kernel
+(kernels.dmma.make) with float32 tiles; the parameters are dmma's, with the TF32 instruction
+shapes, and chunk.
+"""
+
+from __future__ import annotations
+
+from . import dmma
+from .base import DeviceLimits, Family, Kernel
+from .warp_mma import KINDS
+
+DTYPE = "float32"
+SPACE = {**dmma.SPACE, "mma": list(KINDS["tf32"]), "chunk": [1, 2, 4]}
+DEFAULT = {**dmma.DEFAULT, "mma": "m16n8k8", "bk": 16, "chunk": 2}
+shared_bytes = dmma.shared_bytes
+
+
+def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
+    if dtype != DTYPE:
+        return f"three TF32 products make {DTYPE} only"
+    return dmma.fits(config, dtype, limits)
+
+
+def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Kernel:
+    if dtype != DTYPE:
+        raise ValueError(f"tf32x3 multiplies {DTYPE} only, not {dtype}")
+    return dmma.make(config, dtype, "tf32x3", layout, offset_bits, unaligned)
+
+
+FAMILY = Family("tf32x3", SPACE, DEFAULT, restrict, build, first_guess=0, shared_bytes=shared_bytes)
