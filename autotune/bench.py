@@ -18,6 +18,7 @@ import numpy as np
 
 import kernels
 from autotune import backends
+from autotune.figures import save_png
 from autotune.measure import cublas_matmul, device_info, random_inputs, time_launches, verify, versions
 from autotune.records import suites as shipped_suites
 from autotune.runtime import kernel_for, lookup
@@ -102,5 +103,4 @@ def chart(result: dict, path: Path) -> None:
     ax.set_title(f"{result['device']} {result['dtype']}" + (f": tuned / cuBLAS geomean {geomean:.2f}x" if geomean else ""))
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_png(fig, path)

@@ -32,6 +32,7 @@ from typing import Callable
 import numpy as np
 
 from autotune import backends
+from autotune.figures import save_png
 from autotune.measure import (
     FULL_REFERENCE_MACS, REFERENCE_ROWS, all_written, device_info, error_bound, reference, relative_error,
     time_launches, versions,
@@ -481,5 +482,4 @@ def chart(result: dict, path: Path) -> None:
     labels = [f"{r['m']}x{r['n']}x{r['k']}" + (f"\n{r['category']}" if r["category"] else "") for r in rows]
     bottom.set_xticks(range(len(rows)), labels, rotation=45, ha="right", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_png(fig, path)

@@ -15,6 +15,7 @@ from pathlib import Path
 import optuna
 
 from autotune.bench import chart
+from autotune.figures import save_png
 from autotune.storage import open_storage
 
 
@@ -25,7 +26,6 @@ def plot_studies(spec: str, out_dir: Path, study: str | None = None) -> list[Pat
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from optuna.visualization import matplotlib as optuna_plots
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -45,8 +45,7 @@ def plot_studies(spec: str, out_dir: Path, study: str | None = None) -> list[Pat
                 axes.figure.suptitle(name, fontsize=9)  # under it, Optuna's own title
                 path = out_dir / f"{_file_name(name)}-{kind}.png"
                 axes.figure.tight_layout()
-                axes.figure.savefig(path, dpi=110)
-                plt.close(axes.figure)
+                save_png(axes.figure, path, dpi=110)
                 written.append(path)
     return written
 

@@ -42,10 +42,24 @@ def feasible_configs(family: str, dtype: str, limits: DeviceLimits) -> list[dict
     return [c for c in all_configs(entry.space) if entry.restrict(c, dtype, limits) is None]
 
 
-def families_for(dtype: str) -> list[str]:
+def families_for(dtype: str, cc: str | None = None) -> list[str]:
     """The families whose kernels multiply `dtype` (whose restriction takes their default config
-    in it), in kernels.FAMILIES order: what a tune searches unless told."""
-    return [name for name, entry in kernels.FAMILIES.items() if entry.restrict(entry.default, dtype, DeviceLimits()) is None]
+    in it) on a GPU of compute capability `cc` (None or "": any; runs_on), in kernels.FAMILIES order:
+    what a tune searches unless told."""
+    return [name for name, entry in kernels.FAMILIES.items()
+            if entry.restrict(entry.default, dtype, DeviceLimits()) is None and runs_on(name, cc)]
+
+
+def runs_on(family: str, cc: str | None) -> bool:
+    """Whether GPUs of compute capability `cc` have the instructions `family` is built from: a
+    tensor-core family (MMA_TILES) needs the oldest architecture its instructions come with, so
+    that a tune on an older GPU does not spend trials on kernels that cannot compile there."""
+    needs = [min(by_arch) for name, _, by_arch in MMA_TILES.values() if name == family]
+    return not cc or not needs or _version(cc) >= needs[0]
+
+
+def _version(cc: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in cc.split("."))
 
 
 def default_config(family: str) -> dict:
@@ -144,8 +158,7 @@ def mma_guesses(m: int, n: int, k: int, dtype: str, limits: DeviceLimits, sm_cou
     if dtype not in MMA_TILES or cc not in FAST_TENSOR_CORES:
         return []
     family, tile, by_arch = MMA_TILES[dtype]
-    version = tuple(int(part) for part in cc.split("."))
-    shapes = [shape for arch, shape in sorted(by_arch.items()) if version >= arch]
+    shapes = [shape for arch, shape in sorted(by_arch.items()) if _version(cc) >= arch]
     if not shapes:
         return []
     tile = {**tile, "mma": shapes[-1]}

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 import kernels
+from autotune.figures import save_png
 from autotune.measure import cublas_matmul, device_info, measure, random_inputs, time_launches, versions
 from autotune.space import device_limits
 
@@ -169,8 +170,7 @@ def chart(result: dict, path: Path) -> None:
     axes[2].set_title(f"register tiles 32x32, {size}^3")
     fig.suptitle(f"seed 003's tables on {result['device']} ({result['dtype']})")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_png(fig, path)
 
 
 def _label(gflops: float | None) -> str:

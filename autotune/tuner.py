@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import optuna
@@ -25,7 +25,7 @@ from autotune.isolation import Isolated
 from autotune.measure import device_info, measure
 from autotune.progress import Progress
 from autotune.samplers import SamplerError, make_sampler
-from autotune.space import FAMILY_NAMES, device_limits, families_for, feasible_configs
+from autotune.space import FAMILY_NAMES, device_limits, families_for, feasible_configs, runs_on
 from autotune.storage import masked, open_storage, storage_errors, storage_spec
 from autotune.study import SpaceMismatch, measured_trials, open_study, study_name
 from autotune.workers import Measurer, Search, WorkersDied, close_measurer, run_workers
@@ -56,7 +56,8 @@ class TuneRequest:
     dtype: str = "float32"
     trials: int = 40
     timeout: float | None = None
-    #: the kernel families searched; None: every family that multiplies `dtype` (space.families_for)
+    #: the kernel families searched; None: every family that multiplies `dtype` on the GPU
+    #: (families_on)
     families: list[str] | None = None
     sampler: str = "climb"
     storage: str | None = None
@@ -67,11 +68,6 @@ class TuneRequest:
     #: how A and B are stored (kernels.LAYOUTS): "TN" tunes for A passed as the transpose of a
     #: C-contiguous K x M array
     layout: str = "NN"
-
-    def __post_init__(self):
-        if self.families is None:
-            known = self.dtype in kernels.DTYPES
-            object.__setattr__(self, "families", families_for(self.dtype) if known else list(FAMILY_NAMES))
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -92,9 +88,20 @@ class TuneRequest:
             raise TuneError("--trial-timeout must be positive")
         if self.layout not in kernels.LAYOUTS:
             raise TuneError(f"unknown layout {self.layout!r}; known: {', '.join(kernels.LAYOUTS)}")
-        unknown = [f for f in self.families if f not in FAMILY_NAMES]
+        unknown = [f for f in self.families or [] if f not in FAMILY_NAMES]
         if unknown:
             raise TuneError(f"unknown kernel family {unknown[0]!r}; known: {', '.join(FAMILY_NAMES)}")
+
+    def families_on(self, cc: str | None) -> list[str]:
+        """The families searched on a GPU of compute capability `cc`: those asked for, or every
+        family that multiplies the dtype there (space.families_for). Asking for a family whose
+        instructions the GPU lacks (space.runs_on) is a TuneError."""
+        if self.families is None:
+            return families_for(self.dtype, cc)
+        missing = [f for f in self.families if not runs_on(f, cc)]
+        if missing:
+            raise TuneError(f"this GPU (compute capability {cc}) lacks the tensor-core instructions of {', '.join(missing)}")
+        return list(self.families)
 
 
 @dataclass
@@ -129,6 +136,7 @@ def _tune(request: TuneRequest, measurer: Measurer | None, cache_path: Path | st
     started = time.perf_counter()
     measurer = measurer or Isolated(measure, request.trial_timeout)
     device, limits, cache = device_info(), device_limits(), Cache(cache_path)
+    request = replace(request, families=request.families_on(device.get("cc")))
     spec = storage_spec(request.storage, cache)
     name = study_name(device["device"], request.dtype, *request.shape, request.layout)
     verbosity = optuna.logging.get_verbosity()

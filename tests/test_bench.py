@@ -24,3 +24,26 @@ def test_bench_writes_json_and_a_chart(tmp_path):
     assert all(r["tuned_gflops"] > 0 and r["naive_gflops"] > 0 and r["shared_gflops"] > 0 for r in rows)
     assert result["geomean_ratio"] is None  # no cuBLAS in the simulator
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_charts_are_saved_as_palette_pngs_that_keep_their_picture(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from PIL import Image
+
+    from autotune.figures import save_png
+
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.bar(range(4), [1, 3, 2, 4], color=["tab:blue", "tab:orange", "tab:green", "tab:red"])
+    fig.canvas.draw()
+    drawn = np.asarray(fig.canvas.buffer_rgba())[..., :3].astype(int)
+    save_png(fig, tmp_path / "chart.png", dpi=fig.dpi)
+    with Image.open(tmp_path / "chart.png") as image:
+        assert image.mode == "P"
+        saved = np.asarray(image.convert("RGB")).astype(int)
+    assert saved.shape == drawn.shape
+    assert np.abs(saved - drawn).mean() < 2
+    assert not plt.get_fignums(), "the figure is closed"

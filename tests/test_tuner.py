@@ -359,8 +359,25 @@ def test_a_skinny_shape_starts_from_the_shape_rule(monkeypatch):
     assert first.family == "splitk" and replay.calls[0] == first.key
 
 
-def test_a_tune_searches_the_families_that_take_its_dtype():
-    assert TuneRequest(4, 4, 4).families == ["tf32x3", "vector", "splitk", "register", "shared", "naive"]
-    assert TuneRequest(4, 4, 4, dtype="float64").families == ["dmma", "vector", "splitk", "register", "shared", "naive"]
-    assert TuneRequest(4, 4, 4, dtype="int32").families == ["vector", "splitk", "register", "shared", "naive"]
-    assert TuneRequest(4, 4, 4, dtype="float64", families=["vector"]).families == ["vector"]
+def test_a_tune_searches_the_families_that_take_its_dtype_on_its_gpu():
+    assert TuneRequest(4, 4, 4).families_on("9.0") == ["tf32x3", "vector", "splitk", "register", "shared", "naive"]
+    assert TuneRequest(4, 4, 4, dtype="float64").families_on("8.0") == ["dmma", "vector", "splitk", "register", "shared", "naive"]
+    assert TuneRequest(4, 4, 4, dtype="int32").families_on("9.0") == ["vector", "splitk", "register", "shared", "naive"]
+    assert TuneRequest(4, 4, 4, dtype="float64", families=["vector"]).families_on("9.0") == ["vector"]
+    for dtype in ("float32", "float64"):
+        for cc in ("7.0", "7.5"):
+            assert TuneRequest(4, 4, 4, dtype=dtype).families_on(cc) == ["vector", "splitk", "register", "shared", "naive"]
+        assert TuneRequest(4, 4, 4, dtype=dtype).families_on("8.6")[0] in ("tf32x3", "dmma")
+    with pytest.raises(TuneError, match="compute capability 7.5.*tf32x3"):
+        TuneRequest(4, 4, 4, families=["vector", "tf32x3"]).families_on("7.5")
+
+
+def test_a_tune_on_a_gpu_without_tensor_cores_never_tries_their_kernels(tmp_path, monkeypatch):
+    monkeypatch.setenv("MMTUNE_PRETEND_GPU", "Tesla T4;7.5;40")
+    replay = Replay()
+    result = tune(TuneRequest(64, 64, 64, trials=12, jobs=1), replay, tmp_path / "cache.db", show_progress=False)
+    assert result.new_trials == 12
+    assert replay.calls and not [key for key in replay.calls if key.startswith(("tf32x3", "dmma"))]
+    with pytest.raises(TuneError, match="tensor-core instructions of tf32x3"):
+        tune(TuneRequest(64, 64, 64, trials=2, families=["tf32x3"], jobs=1), replay, tmp_path / "cache.db",
+             show_progress=False)
