@@ -470,10 +470,10 @@ def check(
 ):
     """Compile feasible configs for a GPU on this machine (no GPU needed); show registers, spills, shared memory."""
     try:
-        from autotune.space import DeviceLimits, compile_check, sample_configs
+        from autotune.space import GpuLimits, compile_check, sample_configs
 
         target = tuple(int(x) for x in cc.split("."))
-        limits = DeviceLimits.for_cc(target)
+        limits = GpuLimits.for_cc(target)
         results = compile_check(family, sample_configs(family, dtype, limits, sample, seed), dtype, limits, target)
     except (ValueError, RuntimeError) as error:
         _fail(error)

@@ -20,7 +20,7 @@ import statistics
 from dataclasses import dataclass
 
 import kernels
-from autotune.space import infeasibility
+from autotune.space import GpuLimits, infeasibility
 from kernels import dmma
 from kernels.base import DeviceLimits, itemsize
 from kernels.tiles import estimated_registers, threads_per_block
@@ -167,7 +167,7 @@ class Model:
     def candidates(self, dtype: str, deterministic: bool):
         """(family, params, tau, the fastest row of its tile): each tuned tile, vector tiles with
         every K-split too (none when `deterministic`)."""
-        limits = DeviceLimits.for_cc(self.cc)
+        limits = GpuLimits.for_cc(self.cc)
         for key in sorted(self.taus, key=repr):
             tau, row = _median_entry(self.taus[key])
             tile = {k: v for k, v in row["params"].items() if k != "splits"}

@@ -37,12 +37,15 @@ from autotune.backends import Device
 from autotune.cache import Cache, CacheError, shape_distance, stale
 from autotune.model import predict, similar_load
 from autotune.operands import OperandError, arrays_layout, check_shapes
-from autotune.space import DEFAULT_FAMILY, DeviceLimits, default_config, infeasibility
+from autotune.space import DEFAULT_FAMILY, GpuLimits, default_config, infeasibility
 from kernels import DTYPES, LAYOUTS, Config, Kernel
 
 NEAREST_MAX_DISTANCE = 3.0  # e.g. 8x along one dimension, or 2x along all three
 #: how closely the GPU a row was measured on matches this one, best first
-GPU_MATCHES = ("this GPU model", "same compute capability and SM count", "same compute capability")
+GPU_MATCHES = ("this GPU model", "same compute capability and SM count", "same compute capability",
+               "another architecture")
+#: GPU_MATCHES' last: a measured table of another architecture serves a GPU with no rows of its own
+ANOTHER_ARCHITECTURE = len(GPU_MATCHES) - 1
 
 
 @dataclass(frozen=True)
@@ -145,7 +148,8 @@ def _find(m: int, n: int, k: int, dtype: str, device: Device, layout: str = "NN"
         if prediction is not None:
             return Choice(prediction.family, prediction.config, "model", device.name, basis=prediction.basis)
     if best is None:
-        return Choice(DEFAULT_FAMILY, default_config(DEFAULT_FAMILY), "default", device.name)
+        return (_measured(m, n, k, dtype, device, deterministic, other_architectures=True)
+                or Choice(DEFAULT_FAMILY, default_config(DEFAULT_FAMILY), "default", device.name))
     _, origin, row, match, distance, is_stale = best
     if is_stale:
         warnings.warn(
@@ -159,17 +163,24 @@ def _find(m: int, n: int, k: int, dtype: str, device: Device, layout: str = "NN"
     )
 
 
-def _measured(m: int, n: int, k: int, dtype: str, device: Device, deterministic: bool) -> Choice | None:
+def _measured(m: int, n: int, k: int, dtype: str, device: Device, deterministic: bool,
+              other_architectures: bool = False) -> Choice | None:
     """The measured table's pick (autotune.neighbours) from the table of the GPU closest to this
-    one (GPU_MATCHES), or None where no table of this dtype and architecture ships."""
+    one (GPU_MATCHES), or None where no table of this dtype and architecture ships. With
+    `other_architectures`, for a GPU with no rows of its own architecture: the table of the
+    nearest other architecture, its picks limited to the instructions this GPU has
+    (space.arch_infeasibility), since the register default is the slowest config there is."""
     if "measured" not in _shipped:
         _shipped["measured"] = records.measured_tables()
-    usable = [(match, table) for table in _shipped["measured"]
-              if table["dtype"] == dtype and (match := gpu_match(table, device)) is not None]
+    tables = [table for table in _shipped["measured"] if table["dtype"] == dtype]
+    if other_architectures:
+        usable = [(ANOTHER_ARCHITECTURE, table) for table in tables if device.cc and table.get("cc") != device.cc]
+    else:
+        usable = [(match, table) for table in tables if (match := gpu_match(table, device)) is not None]
     if not usable or not device.sm_count:
         return None
-    match, table = min(usable, key=lambda entry: (entry[0], entry[1]["device"]))
-    limits = DeviceLimits.for_cc(device.cc)
+    match, table = min(usable, key=lambda entry: (entry[0], _cc_distance(entry[1], device), entry[1]["device"]))
+    limits = GpuLimits.for_cc(device.cc)
     pick = neighbours.choose(table, m, n, k, device.sm_count, deterministic,
                              feasible=lambda family, params: infeasibility(family, params, dtype, limits) is None)
     if pick is None:
@@ -185,6 +196,14 @@ def layout_rank(row: dict, layout: str) -> int | None:
     if tuned == layout:
         return 0
     return 1 if tuned == "NN" else None
+
+
+def _cc_distance(row: dict, device: Device) -> float:
+    """How far apart the architectures of `row`'s GPU and `device` are, as compute capabilities."""
+    try:
+        return abs(float(row.get("cc") or 0) - float(device.cc or 0))
+    except ValueError:
+        return float("inf")
 
 
 def gpu_match(row: dict, device: Device) -> int | None:
@@ -221,7 +240,7 @@ def _cached_rows(dtype: str) -> list[dict]:
 def _usable(row: dict, dtype: str) -> bool:
     """A row whose family or params no longer fit the code (after an upgrade) is skipped."""
     try:
-        reason = infeasibility(row["family"], row["params"], dtype, DeviceLimits.for_cc(row.get("cc")))
+        reason = infeasibility(row["family"], row["params"], dtype, GpuLimits.for_cc(row.get("cc")))
     except ValueError as error:  # unknown family
         reason = str(error)
     if reason:

@@ -7,7 +7,7 @@ architecture on the CPU to read the resources a config really uses.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import kernels
 from kernels.base import Config, DeviceLimits, all_configs
@@ -18,15 +18,66 @@ FAMILY_NAMES = tuple(kernels.FAMILIES)
 DEFAULT_FAMILY = "register"
 
 
-def device_limits() -> DeviceLimits:
-    """The current device's limits (the defaults under the simulator)."""
+@dataclass(frozen=True)
+class GpuLimits(DeviceLimits):
+    """A device's limits and its compute capability ("" where unknown). The families'
+    restrictions weigh resources; the compute capability decides which instructions a config may
+    use (arch_infeasibility), so that a tune or a lookup on an older GPU never picks a kernel
+    that cannot compile there."""
+
+    cc: str = ""
+
+    @classmethod
+    def of(cls, limits: DeviceLimits, cc: str | None) -> "GpuLimits":
+        return cls(**{f.name: getattr(limits, f.name) for f in fields(DeviceLimits)}, cc=cc or "")
+
+    @classmethod
+    def for_cc(cls, cc: str | tuple | None) -> "GpuLimits":
+        key = "{}.{}".format(*cc) if isinstance(cc, tuple) else cc
+        return cls.of(DeviceLimits.for_cc(key), key)
+
+
+def device_limits() -> GpuLimits:
+    """The current device's limits and compute capability (the defaults under the simulator, with
+    the compute capability of the GPU it pretends to be)."""
     from autotune import backends
 
-    return backends.current().limits()
+    backend = backends.current()
+    return GpuLimits.of(backend.limits(), backend.device().cc)
+
+
+#: the oldest compute capability whose PTX has the instructions a config may use: `cp.async`
+#: (vector and splitk's async_copy), splitk's 16-byte float32 atomic adds (`red.global.add.v4.f32`,
+#: kernels.intrinsics.reduce_add), and each mma.sync shape by its kind (kernels.warp_mma)
+ASYNC_COPY_CC = (8, 0)
+VECTOR_ADD_CC = (9, 0)
+MMA_CC = {("f64", "m8n8k4"): (8, 0), ("f64", "m16n8k4"): (9, 0), ("f64", "m16n8k8"): (9, 0),
+          ("f64", "m16n8k16"): (9, 0), ("tf32", "m16n8k4"): (8, 0), ("tf32", "m16n8k8"): (8, 0)}
+#: the tensor-core families and the mma kind they issue
+MMA_KINDS = {"dmma": "f64", "tf32x3": "tf32"}
+
+
+def arch_infeasibility(family: str, config: dict, dtype: str, cc: str | None) -> str | None:
+    """Why `config` of `family` in `dtype` does not compile for compute capability `cc`, or None
+    if it does (or `cc` is unknown)."""
+    if not cc:
+        return None
+    needs = {"cp.async": ASYNC_COPY_CC if config.get("async_copy") else None,
+             "red.global.add.v4.f32 (split-K's 16-byte adds)": VECTOR_ADD_CC if _adds_vectors(family, dtype) else None,
+             f"mma.sync {config.get('mma')}": MMA_CC.get((MMA_KINDS.get(family), config.get("mma")))}
+    for instruction, arch in needs.items():
+        if arch and _version(cc) < arch:
+            return f"{instruction} needs compute capability {_cc(arch)}, this GPU has {cc}"
+    return None
+
+
+def _adds_vectors(family: str, dtype: str) -> bool:
+    return family == "splitk" and dtype == "float32"
 
 
 def infeasibility(family: str, config: dict, dtype: str, limits: DeviceLimits) -> str | None:
-    """Why `config` of `family` cannot run on a device with `limits`, or None if it can."""
+    """Why `config` of `family` cannot run on a device with `limits` (and, for GpuLimits, its
+    compute capability), or None if it can."""
     entry = kernels.family(family)
     unknown = set(config) ^ set(entry.space)
     if unknown:
@@ -34,32 +85,41 @@ def infeasibility(family: str, config: dict, dtype: str, limits: DeviceLimits) -
     for name, value in config.items():
         if value not in entry.space[name]:
             return f"{name}={value!r} is not one of {entry.space[name]}"
-    return entry.restrict(config, dtype, limits)
+    return entry.restrict(config, dtype, limits) or arch_infeasibility(family, config, dtype, getattr(limits, "cc", ""))
 
 
 def feasible_configs(family: str, dtype: str, limits: DeviceLimits) -> list[dict]:
-    entry = kernels.family(family)
-    return [c for c in all_configs(entry.space) if entry.restrict(c, dtype, limits) is None]
+    entry, cc = kernels.family(family), getattr(limits, "cc", "")
+    return [c for c in all_configs(entry.space)
+            if entry.restrict(c, dtype, limits) is None and arch_infeasibility(family, c, dtype, cc) is None]
 
 
 def families_for(dtype: str, cc: str | None = None) -> list[str]:
     """The families whose kernels multiply `dtype` (whose restriction takes their default config
-    in it) on a GPU of compute capability `cc` (None or "": any; runs_on), in kernels.FAMILIES order:
-    what a tune searches unless told."""
+    in it) on a GPU of compute capability `cc` (None or "": any; runs_on), in kernels.FAMILIES
+    order: what a tune searches unless told."""
     return [name for name, entry in kernels.FAMILIES.items()
-            if entry.restrict(entry.default, dtype, DeviceLimits()) is None and runs_on(name, cc)]
+            if entry.restrict(entry.default, dtype, DeviceLimits()) is None and runs_on(name, dtype, cc)]
 
 
-def runs_on(family: str, cc: str | None) -> bool:
-    """Whether GPUs of compute capability `cc` have the instructions `family` is built from: a
-    tensor-core family (MMA_TILES) needs the oldest architecture its instructions come with, so
-    that a tune on an older GPU does not spend trials on kernels that cannot compile there."""
-    needs = [min(by_arch) for name, _, by_arch in MMA_TILES.values() if name == family]
-    return not cc or not needs or _version(cc) >= needs[0]
+def runs_on(family: str, dtype: str, cc: str | None) -> bool:
+    """Whether GPUs of compute capability `cc` have the instructions of some config of `family`
+    in `dtype`: a tensor-core family needs the oldest architecture of its instructions (MMA_CC),
+    float32 split-K the 16-byte atomic adds."""
+    kind = MMA_KINDS.get(family)
+    if kind:
+        needs = min(arch for (of, _), arch in MMA_CC.items() if of == kind)
+    else:
+        needs = VECTOR_ADD_CC if _adds_vectors(family, dtype) else None
+    return not cc or needs is None or _version(cc) >= needs
 
 
 def _version(cc: str) -> tuple[int, ...]:
     return tuple(int(part) for part in cc.split("."))
+
+
+def _cc(version: tuple[int, ...]) -> str:
+    return ".".join(map(str, version))
 
 
 def default_config(family: str) -> dict:
@@ -69,10 +129,13 @@ def default_config(family: str) -> dict:
 def sample_configs(
     family: str, dtype: str, limits: DeviceLimits, count: int, seed: int = 0
 ) -> list[dict]:
-    """`count` distinct feasible configs drawn at random, the family's default first."""
-    rest = [c for c in feasible_configs(family, dtype, limits) if c != default_config(family)]
-    drawn = random.Random(seed).sample(rest, min(count - 1, len(rest))) if count > 1 else []
-    return [default_config(family), *drawn][:count]
+    """`count` distinct feasible configs drawn at random, the family's default first where it is
+    feasible."""
+    default = default_config(family)
+    head = [default] if infeasibility(family, default, dtype, limits) is None else []
+    rest = [c for c in feasible_configs(family, dtype, limits) if c != default]
+    drawn = random.Random(seed).sample(rest, min(count - len(head), len(rest))) if count > len(head) else []
+    return [*head, *drawn][:count]
 
 
 #: a product is skinny when its C is at most this many rows (or columns) wide
@@ -195,10 +258,15 @@ def policy_splits(policy: str, m: int, n: int, k: int, tile: dict, sm_count: int
     return 1 if rule is None else wave_splits(m, n, k, tile, sm_count, *rule)
 
 
+#: the pipelines the shape rule tries, deepest first: cp.async stages, then (on GPUs without
+#: cp.async) tiles double-buffered through registers
+PIPELINES = ({"stages": 4}, {"stages": 3}, {"stages": 2}, {"stages": 2, "async_copy": False})
+
+
 def _deepest(family: str, params: dict, dtype: str, limits: DeviceLimits) -> Config | None:
-    """The config with the most pipeline stages (4 at most) that `limits` allow."""
-    for stages in (4, 3, 2):
-        config = Config.of(family, {**params, "stages": stages})
+    """The config with the deepest of PIPELINES that `limits` allow."""
+    for pipeline in PIPELINES:
+        config = Config.of(family, {**params, **pipeline})
         if infeasibility(family, config.params, dtype, limits) is None:
             return config
     return None

@@ -150,11 +150,13 @@ def warm_start(cache: Cache, device: str, dtype: str, shape, families: list[str]
 
 def measured_guesses(device: str, cc: str | None, dtype: str, shape, sm_count: int, limits) -> list[Config]:
     """The MEASURED_GUESSES candidates the measured table of this GPU model (else of one of compute
-    capability `cc`) rates best for the shape (autotune.neighbours), as lookup would serve them."""
-    tables = [t for t in measured_tables() if t["dtype"] == dtype and (t["device"] == device or (cc and t["cc"] == cc))]
+    capability `cc`, else of another architecture) rates best for the shape
+    (autotune.neighbours), as lookup would serve them; `limits` (space.GpuLimits) keep out the
+    instructions this GPU lacks."""
+    tables = [t for t in measured_tables() if t["dtype"] == dtype and (t["device"] == device or cc)]
     if not tables or not sm_count:
         return []
-    table = min(tables, key=lambda t: (t["device"] != device, t["device"]))
+    table = min(tables, key=lambda t: (t["device"] != device, t["cc"] != cc, t["device"]))
     picks = ranked(table, *shape, sm_count, count=MEASURED_GUESSES,
                    feasible=lambda family, params: infeasibility(family, params, dtype, limits) is None)
     return [Config.of(pick.family, pick.config) for pick in picks]

@@ -98,9 +98,10 @@ class TuneRequest:
         instructions the GPU lacks (space.runs_on) is a TuneError."""
         if self.families is None:
             return families_for(self.dtype, cc)
-        missing = [f for f in self.families if not runs_on(f, cc)]
+        missing = [f for f in self.families if not runs_on(f, self.dtype, cc)]
         if missing:
-            raise TuneError(f"this GPU (compute capability {cc}) lacks the tensor-core instructions of {', '.join(missing)}")
+            raise TuneError(f"this GPU (compute capability {cc}) lacks instructions that {', '.join(missing)} needs"
+                            f" for {self.dtype}")
         return list(self.families)
 
 

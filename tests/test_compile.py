@@ -1,4 +1,5 @@
-"""Every family's configs that the restriction function accepts compile for sm_90 on the CPU.
+"""Every family's configs that the restriction function accepts compile for sm_90 on the CPU, and
+those the space offers older architectures compile for them.
 
 Compiling needs real numba-cuda (NVVM + nvJitLink from the cu13 wheels), not the simulator the
 rest of the suite runs under, so the check runs in a child process with the simulator off.
@@ -215,3 +216,32 @@ def test_c_is_written_from_registers_and_split_products_added_16_bytes_at_a_time
     assert (float64["wide_adds"], int32["wide_adds"]) == (0, 0)
     assert float64["adds"] == int32["adds"] == 2 * lanes  # the groups' lanes and the fallback's
     assert all(r["wide_stores"] == r["stores"] == r["atomics"] == 0 for r in (float32, float64, int32))
+
+
+ARCH_CHILD = """
+import json, sys
+from autotune.space import GpuLimits, compile_check, default_config, sample_configs
+cc = sys.argv[1]
+target, limits = tuple(map(int, cc.split("."))), GpuLimits.for_cc(cc)
+served = [(family, dtype, c) for family, dtype, count in (("vector", "float32", 2), ("splitk", "float64", 1),
+          ("dmma", "float64", 1), ("tf32x3", "float32", 1)) for c in sample_configs(family, dtype, limits, count, seed=1)]
+piped = {**default_config("vector"), "async_copy": True, "stages": 3}
+for family, dtype, config in served + [("vector", "float32", piped), ("splitk", "float32", default_config("splitk"))]:
+    (result,) = compile_check(family, [config], dtype, limits, target)
+    print(json.dumps({"family": family, "config": config, "error": result.error}))
+"""
+
+
+@pytest.mark.parametrize("cc", ["7.5", "8.0"])
+def test_what_a_gpu_of_an_older_architecture_is_offered_compiles_for_it(cc):
+    """The configs the space allows a T4 (sm_75) or an A100 (sm_80) compile for it (the A100's
+    include the tensor-core families), and what the space keeps from them would not: a cp.async
+    pipeline on the T4, float32 split-K's 16-byte atomic adds on both."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    child = subprocess.run([sys.executable, "-c", ARCH_CHILD, cc], env=env, capture_output=True, text=True, timeout=900)
+    assert child.returncode == 0, child.stderr[-3000:]
+    *offered, piped, split = [json.loads(line) for line in child.stdout.splitlines()]
+    assert {r["family"] for r in offered} == ({"vector", "splitk"} | ({"dmma", "tf32x3"} if cc == "8.0" else set()))
+    assert not [r for r in offered if r["error"]], offered
+    assert (piped["error"] is None) == (cc == "8.0"), piped
+    assert "requires .target sm_90" in split["error"], split

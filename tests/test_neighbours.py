@@ -6,9 +6,10 @@ import pytest
 
 import autotune
 import autotune.records
+import kernels
 from autotune import neighbours, runtime
 from autotune.records import measured_tables
-from autotune.space import DeviceLimits, fit_tile, infeasibility, wave_splits
+from autotune.space import DeviceLimits, GpuLimits, fit_tile, infeasibility, wave_splits
 
 SMALL = {"bm": 64, "bn": 64, "bk": 16, "tm": 8, "tn": 4, "pad": 4, "stages": 3, "unroll": True, "fragments": 1,
          "wide_fetch": True, "async_copy": True, "min_blocks": 1}
@@ -114,5 +115,33 @@ def test_lookup_serves_the_measured_pick_to_shapes_without_an_exact_row(pretend)
     assert autotune.lookup(4096, 4096, 4096).source == "exact"  # a tuned row of the very shape goes first
     assert autotune.lookup(16, 8192, 8192 - 16, deterministic=True).family != "splitk"
     assert autotune.lookup(3001, 997, 77, dtype="float64").source != "measured"  # no float64 table ships
+    pretend("NVIDIA A100-SXM4-80GB;8.0;108")  # neither rows nor a table of its architecture
+    choice = autotune.lookup(3001, 997, 77)
+    assert (choice.source, choice.measured_on, choice.gpu_match) == ("measured", "NVIDIA H200", "another architecture")
+
+
+def test_a_gpu_of_another_architecture_gets_the_table_within_the_instructions_it_has(pretend):
+    shapes = [(1024, 1024, 1024), (16, 8192, 8192), (64, 4096, 16384), (4096, 4096, 4096), (3001, 997, 77),
+              (5000, 16, 3000), (1023, 1025, 999)]
+    pretend("Tesla T4;7.5;40")  # no cp.async before sm_80
+    t4 = GpuLimits.for_cc("7.5")
+    for shape in shapes:
+        choice = autotune.lookup(*shape)
+        assert (choice.source, choice.gpu_match) == ("measured", "another architecture"), shape
+        assert infeasibility(choice.family, choice.config, "float32", t4) is None and not choice.config["async_copy"]
+        assert choice.family == "vector"  # float32 split-K adds 16 bytes at a time, from sm_90 on
+    assert autotune.lookup(1024, 1024, 1024, dtype="float64").source == "default"  # no float64 table ships
     pretend("NVIDIA A100-SXM4-80GB;8.0;108")
-    assert autotune.lookup(3001, 997, 77).source == "default"  # neither rows nor a table of its architecture
+    picks = [autotune.lookup(*shape) for shape in shapes]
+    assert any(pick.config["async_copy"] for pick in picks) and all(pick.family == "vector" for pick in picks)
+    pretend("NVIDIA H100 PCIe;9.0;114")  # its own architecture: split-K where the table votes for it
+    assert "splitk" in {autotune.lookup(*shape).family for shape in shapes}
+
+
+def test_rows_of_the_gpus_own_architecture_come_before_another_architectures_table(pretend, monkeypatch):
+    row = dict(device="NVIDIA A100-SXM4-80GB", cc="8.0", sm_count=108, dtype="float32", m=1024, n=1024, k=1024,
+               family="shared", params={"tpb": 16, "pad": 1}, gflops=9000.0, source_hash=kernels.source_hash("shared"))
+    monkeypatch.setattr(autotune.records, "shipped_rows", lambda device=None, dtype=None: [row])
+    pretend("NVIDIA A100-SXM4-80GB;8.0;108")
+    assert autotune.lookup(1024, 1024, 1024).source == "exact"
+    assert autotune.lookup(1000, 1000, 1000).family == "shared"  # its own row, nearest or by the model

@@ -6,6 +6,7 @@ from autotune.space import (
     DMMA_TILE,
     TF32X3_TILE,
     DeviceLimits,
+    GpuLimits,
     default_config,
     families_for,
     feasible_configs,
@@ -219,3 +220,40 @@ def test_the_tensor_core_fit_checks_the_instruction_against_the_dtype():
     assert dmma.fits({**default_config("tf32x3"), "mma": "m8n8k4"}, "float32", LIMITS) == "no tf32 mma of shape m8n8k4"
     assert dmma.fits({**default_config("dmma"), "mma": "m16n8k16", "bk": 16, "stages": 2}, "float64", LIMITS) is None
     assert dmma.fits({**default_config("tf32x3"), "mma": "m16n8k16"}, "float32", LIMITS) == "no tf32 mma of shape m16n8k16"
+
+
+def test_configs_use_only_the_instructions_their_gpu_has():
+    t4, a100, h200 = (GpuLimits.for_cc(cc) for cc in ("7.5", "8.0", "9.0"))
+    assert GpuLimits.for_cc((9, 0)) == h200 and h200.cc == "9.0"
+    assert h200.max_dynamic_shared_per_block == DeviceLimits.for_cc("9.0").max_dynamic_shared_per_block
+    piped = {**default_config("vector"), "async_copy": True, "stages": 3}
+    assert "cp.async needs compute capability 8.0" in infeasibility("vector", piped, "float32", t4)
+    assert infeasibility("vector", piped, "float32", a100) is None
+    assert infeasibility("vector", piped, "float32", DeviceLimits.for_cc("7.5")) is None  # no architecture known
+    sixteen_rows = {**DMMA_TILE, "mma": "m16n8k4", "splits": 1}
+    assert "mma.sync m16n8k4 needs compute capability 9.0" in infeasibility("dmma", sixteen_rows, "float64", a100)
+    assert infeasibility("dmma", sixteen_rows, "float64", h200) is None
+    assert infeasibility("dmma", {**sixteen_rows, "mma": "m8n8k4"}, "float64", a100) is None
+    tf32 = {**default_config("tf32x3")}
+    assert "needs compute capability 8.0" in infeasibility("tf32x3", tf32, "float32", t4)
+    assert infeasibility("tf32x3", tf32, "float32", a100) is None
+    assert feasible_configs("vector", "float32", t4)
+    assert not [c for c in feasible_configs("vector", "float32", t4) if c["async_copy"]]
+    assert [c for c in feasible_configs("vector", "float32", a100) if c["async_copy"]]
+    split = default_config("splitk")
+    assert "red.global.add.v4.f32 (split-K's 16-byte adds) needs compute capability 9.0" in infeasibility("splitk", split, "float32", a100)
+    assert infeasibility("splitk", split, "float32", h200) is None
+    assert infeasibility("splitk", split, "float64", a100) is None  # float64 adds one element at a time
+    assert families_for("float32", "7.5") == [f for f in families_for("float32") if f not in ("tf32x3", "splitk")]
+    assert families_for("float64", "8.0") == families_for("float64")
+
+
+def test_the_shape_rule_pipelines_through_registers_where_cp_async_is_missing():
+    t4 = GpuLimits.for_cc("7.5")
+    for shape in ((16, 8192, 8192), (512, 512, 4096), (8192, 16, 8192)):  # skinny, few tiles, skinny
+        guesses = shape_guesses(*shape, "float32", t4, 40, "7.5")
+        assert guesses and all(infeasibility(g.family, g.params, "float32", t4) is None for g in guesses)
+        assert all(g.family == "vector" and g.params["stages"] == 2 and not g.params["async_copy"] for g in guesses)
+    on_h200 = shape_guesses(16, 8192, 8192, "float32", GpuLimits.for_cc("9.0"), 132, "9.0")
+    assert any(g.params.get("async_copy") and g.params["stages"] == 4 for g in on_h200)
+

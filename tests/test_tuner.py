@@ -1,5 +1,6 @@
 import dataclasses
 import importlib.util
+import json
 
 import optuna
 import pytest
@@ -7,7 +8,7 @@ import pytest
 import kernels
 from autotune.cache import Cache
 from autotune.replay import Replay, config_key
-from autotune.space import FAMILY_NAMES, DeviceLimits, shape_guesses
+from autotune.space import FAMILY_NAMES, DeviceLimits, GpuLimits, shape_guesses
 from autotune.finalists import FINAL_LAUNCHES, FINALISTS
 import autotune.records
 import autotune.study
@@ -154,7 +155,10 @@ def test_an_untuned_shape_warm_starts_from_the_measured_tables_best_candidates()
     guesses = shape_guesses(*shape, "float32", limits, 132)
     assert len(ranked) == MEASURED_GUESSES and configs[:len(guesses)] == guesses
     assert [c for c in configs if c in ranked] == ranked
-    assert not measured_guesses("NVIDIA A100", "8.0", "float32", shape, 108, limits)  # no table of its kind
+    t4 = GpuLimits.for_cc("7.5")  # no table of its architecture: the H200's, within what it compiles
+    on_t4 = measured_guesses("Tesla T4", "7.5", "float32", shape, 40, t4)
+    assert len(on_t4) == MEASURED_GUESSES and not [c for c in on_t4 if c.params["async_copy"]]
+    assert not measured_guesses("simulator", "", "float32", shape, 40, t4)  # no architecture known
 
 
 def test_a_cold_study_tries_the_families_defaults_best_guess_first():
@@ -364,20 +368,24 @@ def test_a_tune_searches_the_families_that_take_its_dtype_on_its_gpu():
     assert TuneRequest(4, 4, 4, dtype="float64").families_on("8.0") == ["dmma", "vector", "splitk", "register", "shared", "naive"]
     assert TuneRequest(4, 4, 4, dtype="int32").families_on("9.0") == ["vector", "splitk", "register", "shared", "naive"]
     assert TuneRequest(4, 4, 4, dtype="float64", families=["vector"]).families_on("9.0") == ["vector"]
-    for dtype in ("float32", "float64"):
-        for cc in ("7.0", "7.5"):
-            assert TuneRequest(4, 4, 4, dtype=dtype).families_on(cc) == ["vector", "splitk", "register", "shared", "naive"]
-        assert TuneRequest(4, 4, 4, dtype=dtype).families_on("8.6")[0] in ("tf32x3", "dmma")
+    for cc in ("7.0", "7.5"):  # no tensor cores that mma.sync drives; float32 split-K adds 16 bytes from sm_90 on
+        assert TuneRequest(4, 4, 4, dtype="float64").families_on(cc) == ["vector", "splitk", "register", "shared", "naive"]
+        assert TuneRequest(4, 4, 4).families_on(cc) == ["vector", "register", "shared", "naive"]
+    assert TuneRequest(4, 4, 4).families_on("8.6") == ["tf32x3", "vector", "register", "shared", "naive"]
+    assert TuneRequest(4, 4, 4, dtype="float64").families_on("8.6")[0] == "dmma"
     with pytest.raises(TuneError, match="compute capability 7.5.*tf32x3"):
         TuneRequest(4, 4, 4, families=["vector", "tf32x3"]).families_on("7.5")
+    with pytest.raises(TuneError, match="compute capability 8.0.*splitk needs for float32"):
+        TuneRequest(4, 4, 4, families=["splitk"]).families_on("8.0")
 
 
-def test_a_tune_on_a_gpu_without_tensor_cores_never_tries_their_kernels(tmp_path, monkeypatch):
+def test_a_tune_on_a_gpu_before_sm80_never_tries_kernels_it_cannot_compile(tmp_path, monkeypatch):
     monkeypatch.setenv("MMTUNE_PRETEND_GPU", "Tesla T4;7.5;40")
     replay = Replay()
     result = tune(TuneRequest(64, 64, 64, trials=12, jobs=1), replay, tmp_path / "cache.db", show_progress=False)
     assert result.new_trials == 12
-    assert replay.calls and not [key for key in replay.calls if key.startswith(("tf32x3", "dmma"))]
-    with pytest.raises(TuneError, match="tensor-core instructions of tf32x3"):
+    assert replay.calls and not [key for key in replay.calls if key.startswith(("tf32x3", "dmma", "splitk"))]
+    assert not [key for key in replay.calls if json.loads(key.split(":", 1)[1]).get("async_copy")]
+    with pytest.raises(TuneError, match="lacks instructions that tf32x3 needs"):
         tune(TuneRequest(64, 64, 64, trials=2, families=["tf32x3"], jobs=1), replay, tmp_path / "cache.db",
              show_progress=False)
