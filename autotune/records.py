@@ -53,6 +53,46 @@ def measured_tables() -> list[dict]:
             if entry.name.endswith(".json")]
 
 
+#: how closely the GPU a row or table was measured on matches this one, best first (gpu_rank);
+#: a row of another architecture is never served, a measured table may be (closest_table)
+GPU_MATCHES = ("this GPU model", "same compute capability and SM count", "same compute capability",
+               "another architecture")
+ANOTHER_ARCHITECTURE = GPU_MATCHES.index("another architecture")
+
+
+def gpu_rank(row: dict, device: str, cc: str, sm_count: int) -> int | None:
+    """How closely the GPU `row` was measured on matches GPU model `device` of compute capability
+    `cc` with `sm_count` SMs (an index into GPU_MATCHES), or None for another architecture."""
+    if row["device"] == device:
+        return 0
+    if not cc or row.get("cc") != cc:
+        return None
+    return 1 if row.get("sm_count") == sm_count else 2
+
+
+def closest_table(tables: list[dict], dtype: str, device: str, cc: str, sm_count: int) -> tuple[int, dict] | None:
+    """The measured table of `dtype` (of `tables`, as measured_tables reads them) from the GPU
+    closest to this one, and how close (an index into GPU_MATCHES): by gpu_rank within this
+    architecture, else the nearest other architecture (same major version first, then the
+    nearest minor one); None where none ships or this GPU's architecture is unknown."""
+    ranked = []
+    for table in tables:
+        rank = gpu_rank(table, device, cc, sm_count)
+        if rank is None and cc and table.get("cc"):
+            rank = ANOTHER_ARCHITECTURE
+        if table["dtype"] == dtype and rank is not None:
+            ranked.append(((rank, _cc_distance(table["cc"], cc), table["device"]), rank, table))
+    if not ranked:
+        return None
+    _, rank, table = min(ranked, key=lambda entry: entry[0])
+    return rank, table
+
+
+def _cc_distance(one: str, other: str) -> tuple[int, int]:
+    (major, minor), (other_major, other_minor) = (map(int, cc.split(".")) for cc in (one, other or one))
+    return abs(major - other_major), abs(minor - other_minor)
+
+
 def suites() -> dict[str, list[str]]:
     """The bench suites: name -> shapes like '1024x1024x1024'."""
     return json.loads(DATA.joinpath("suites.json").read_text())

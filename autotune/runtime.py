@@ -10,7 +10,10 @@ for this dtype, ranked in this order (the first that fits wins):
               alike at this shape (autotune.model.similar_load: about as many blocks, waves as full)
   4. model    the cheapest config by the cost model fitted on the usable rows (autotune.model):
               their tiles, vector tiles with every K-split too
-  5. default  the register family's DEFAULT config, where no row of this architecture exists
+  5. measured as 2, from the table of the nearest other architecture, where nothing of this
+              architecture serves the shape; only configs whose instructions this GPU has
+              (autotune.space.arch_infeasibility)
+  6. default  the register family's DEFAULT config, where no table of the dtype ships either
 Within steps 1 and 3 rows are ranked by the layout they were tuned for (`layout_rank`: a row of
 the layout asked, then an NN row, whose config serves every layout, built for the one asked; rows
 of other layouts are not used), then by the GPU they were measured on: this GPU model, then one
@@ -37,15 +40,11 @@ from autotune.backends import Device
 from autotune.cache import Cache, CacheError, shape_distance, stale
 from autotune.model import predict, similar_load
 from autotune.operands import OperandError, arrays_layout, check_shapes
+from autotune.records import ANOTHER_ARCHITECTURE, GPU_MATCHES, closest_table, gpu_rank
 from autotune.space import DEFAULT_FAMILY, GpuLimits, default_config, infeasibility
 from kernels import DTYPES, LAYOUTS, Config, Kernel
 
 NEAREST_MAX_DISTANCE = 3.0  # e.g. 8x along one dimension, or 2x along all three
-#: how closely the GPU a row was measured on matches this one, best first
-GPU_MATCHES = ("this GPU model", "same compute capability and SM count", "same compute capability",
-               "another architecture")
-#: GPU_MATCHES' last: a measured table of another architecture serves a GPU with no rows of its own
-ANOTHER_ARCHITECTURE = len(GPU_MATCHES) - 1
 
 
 @dataclass(frozen=True)
@@ -166,20 +165,16 @@ def _find(m: int, n: int, k: int, dtype: str, device: Device, layout: str = "NN"
 def _measured(m: int, n: int, k: int, dtype: str, device: Device, deterministic: bool,
               other_architectures: bool = False) -> Choice | None:
     """The measured table's pick (autotune.neighbours) from the table of the GPU closest to this
-    one (GPU_MATCHES), or None where no table of this dtype and architecture ships. With
-    `other_architectures`, for a GPU with no rows of its own architecture: the table of the
-    nearest other architecture, its picks limited to the instructions this GPU has
-    (space.arch_infeasibility), since the register default is the slowest config there is."""
+    one (records.closest_table), or None where no table of this dtype and architecture ships.
+    With `other_architectures` (when nothing of this architecture can serve the shape), also the
+    table of the nearest other architecture, its picks limited to the instructions this GPU has
+    (space.arch_infeasibility): the register default is the slowest config there is."""
     if "measured" not in _shipped:
         _shipped["measured"] = records.measured_tables()
-    tables = [table for table in _shipped["measured"] if table["dtype"] == dtype]
-    if other_architectures:
-        usable = [(ANOTHER_ARCHITECTURE, table) for table in tables if device.cc and table.get("cc") != device.cc]
-    else:
-        usable = [(match, table) for table in tables if (match := gpu_match(table, device)) is not None]
-    if not usable or not device.sm_count:
+    found = closest_table(_shipped["measured"], dtype, device.name, device.cc, device.sm_count)
+    if found is None or not device.sm_count or (found[0] == ANOTHER_ARCHITECTURE and not other_architectures):
         return None
-    match, table = min(usable, key=lambda entry: (entry[0], _cc_distance(entry[1], device), entry[1]["device"]))
+    match, table = found
     limits = GpuLimits.for_cc(device.cc)
     pick = neighbours.choose(table, m, n, k, device.sm_count, deterministic,
                              feasible=lambda family, params: infeasibility(family, params, dtype, limits) is None)
@@ -198,22 +193,9 @@ def layout_rank(row: dict, layout: str) -> int | None:
     return 1 if tuned == "NN" else None
 
 
-def _cc_distance(row: dict, device: Device) -> float:
-    """How far apart the architectures of `row`'s GPU and `device` are, as compute capabilities."""
-    try:
-        return abs(float(row.get("cc") or 0) - float(device.cc or 0))
-    except ValueError:
-        return float("inf")
-
-
 def gpu_match(row: dict, device: Device) -> int | None:
-    """How closely the GPU `row` was measured on matches `device` (an index into GPU_MATCHES), or
-    None if it is another architecture."""
-    if row["device"] == device.name:
-        return 0
-    if not device.cc or row.get("cc") != device.cc:
-        return None
-    return 1 if row.get("sm_count") == device.sm_count else 2
+    """How closely the GPU `row` was measured on matches `device` (records.gpu_rank)."""
+    return gpu_rank(row, device.name, device.cc, device.sm_count)
 
 
 @cache

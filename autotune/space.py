@@ -130,10 +130,12 @@ def sample_configs(
     family: str, dtype: str, limits: DeviceLimits, count: int, seed: int = 0
 ) -> list[dict]:
     """`count` distinct feasible configs drawn at random, the family's default first where it is
-    feasible."""
+    feasible; a ValueError where none is."""
     default = default_config(family)
     head = [default] if infeasibility(family, default, dtype, limits) is None else []
     rest = [c for c in feasible_configs(family, dtype, limits) if c != default]
+    if not head and not rest:
+        raise ValueError(f"no {family} config runs here for {dtype}: {infeasibility(family, default, dtype, limits)}")
     drawn = random.Random(seed).sample(rest, min(count - len(head), len(rest))) if count > len(head) else []
     return [*head, *drawn][:count]
 

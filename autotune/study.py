@@ -19,7 +19,7 @@ from optuna.trial import TrialState
 import kernels
 from autotune.cache import Cache, nearest_rows
 from autotune.neighbours import ranked
-from autotune.records import measured_tables, shipped_rows
+from autotune.records import closest_table, measured_tables, shipped_rows
 from autotune.storage import masked, reap_dead_trials, setup_lock
 from autotune.space import default_config, distributions, infeasibility, shape_guesses, trial_params
 from kernels.base import Config
@@ -84,7 +84,8 @@ def check_space(study: optuna.Study, families: list[str], spec: str) -> None:
         if not complete or any(expected.get(n) != d for n, d in trial.distributions.items()):
             raise SpaceMismatch(
                 f"study {study.study_name!r} in {masked(spec)} was searched over other families (other --family "
-                f"options or their order); resume it with the same families, or start afresh with --storage PATH"
+                f"options, their order, or those this GPU runs); resume it with the same families, or start afresh "
+                f"with --storage PATH"
             )
 
 
@@ -149,14 +150,14 @@ def warm_start(cache: Cache, device: str, dtype: str, shape, families: list[str]
 
 
 def measured_guesses(device: str, cc: str | None, dtype: str, shape, sm_count: int, limits) -> list[Config]:
-    """The MEASURED_GUESSES candidates the measured table of this GPU model (else of one of compute
-    capability `cc`, else of another architecture) rates best for the shape
-    (autotune.neighbours), as lookup would serve them; `limits` (space.GpuLimits) keep out the
+    """The MEASURED_GUESSES candidates that the measured table of the GPU closest to this one
+    (records.closest_table: this model, its architecture, else another) rates best for the shape
+    (autotune.neighbours), as lookup picks from it; `limits` (space.GpuLimits) keep out the
     instructions this GPU lacks."""
-    tables = [t for t in measured_tables() if t["dtype"] == dtype and (t["device"] == device or cc)]
-    if not tables or not sm_count:
+    found = closest_table(measured_tables(), dtype, device, cc or "", sm_count)
+    if found is None or not sm_count:
         return []
-    table = min(tables, key=lambda t: (t["device"] != device, t["cc"] != cc, t["device"]))
+    table = found[1]
     picks = ranked(table, *shape, sm_count, count=MEASURED_GUESSES,
                    feasible=lambda family, params: infeasibility(family, params, dtype, limits) is None)
     return [Config.of(pick.family, pick.config) for pick in picks]

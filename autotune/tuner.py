@@ -100,8 +100,8 @@ class TuneRequest:
             return families_for(self.dtype, cc)
         missing = [f for f in self.families if not runs_on(f, self.dtype, cc)]
         if missing:
-            raise TuneError(f"this GPU (compute capability {cc}) lacks instructions that {', '.join(missing)} needs"
-                            f" for {self.dtype}")
+            raise TuneError(f"this GPU (compute capability {cc}) lacks instructions that {self.dtype} kernels of "
+                            f"{', '.join(missing)} need")
         return list(self.families)
 
 

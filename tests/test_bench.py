@@ -36,6 +36,7 @@ def test_charts_are_saved_as_palette_pngs_that_keep_their_picture(tmp_path):
 
     from autotune.figures import save_png
 
+    plt.close("all")
     fig, ax = plt.subplots(figsize=(4, 3))
     ax.bar(range(4), [1, 3, 2, 4], color=["tab:blue", "tab:orange", "tab:green", "tab:red"])
     fig.canvas.draw()

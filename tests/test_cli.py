@@ -105,6 +105,8 @@ def test_lookup_in_the_simulator():
         (("sweep", "--sizes", "8", "--dtype", "float16", "--simulate"), "error: unsupported dtype 'float16'; supported: float32, float64, int32\n"),
         (("lookup", "--m", 4, "--n", 4, "--k", 4, "--dtype", "bool"), "error: unsupported dtype bool; supported: float32, float64, int32\n"),
         (("check", "--family", "naive", "--sample", 1), "error: compiling to PTX needs numba-cuda without NUMBA_ENABLE_CUDASIM\n"),
+        (("check", "--family", "splitk", "--cc", "8.0"), "error: no splitk config runs here for float32: "
+         "red.global.add.v4.f32 (split-K's 16-byte adds) needs compute capability 9.0, this GPU has 8.0\n"),
     ],
 )
 def test_user_mistakes_are_one_line_on_stderr(args, message):

@@ -7,7 +7,7 @@ import pytest
 import autotune
 import autotune.records
 import kernels
-from autotune import neighbours, runtime
+from autotune import neighbours, records, runtime
 from autotune.records import measured_tables
 from autotune.space import DeviceLimits, GpuLimits, fit_tile, infeasibility, wave_splits
 
@@ -145,3 +145,24 @@ def test_rows_of_the_gpus_own_architecture_come_before_another_architectures_tab
     pretend("NVIDIA A100-SXM4-80GB;8.0;108")
     assert autotune.lookup(1024, 1024, 1024).source == "exact"
     assert autotune.lookup(1000, 1000, 1000).family == "shared"  # its own row, nearest or by the model
+
+
+def test_the_table_comes_from_the_closest_gpu_then_the_nearest_architecture():
+    tables = [{"device": name, "cc": cc, "sm_count": sms, "dtype": "float32"}
+              for name, cc, sms in (("NVIDIA H200", "9.0", 132), ("NVIDIA A100", "8.0", 108), ("RTX 4090", "8.9", 128))]
+
+    def closest(device, cc, sms, dtype="float32"):
+        found = records.closest_table(tables, dtype, device, cc, sms)
+        return found and (records.GPU_MATCHES[found[0]], found[1]["device"])
+
+    assert closest("NVIDIA H200", "9.0", 132) == ("this GPU model", "NVIDIA H200")
+    assert closest("NVIDIA H100 80GB HBM3", "9.0", 132) == ("same compute capability and SM count", "NVIDIA H200")
+    assert closest("NVIDIA H100 PCIe", "9.0", 114) == ("same compute capability", "NVIDIA H200")
+    assert closest("NVIDIA L4", "8.9", 58) == ("same compute capability", "RTX 4090")
+    assert closest("NVIDIA A10", "8.6", 72) == ("another architecture", "RTX 4090")  # same major, nearest minor
+    del tables[2]
+    assert closest("NVIDIA A10", "8.6", 72) == ("another architecture", "NVIDIA A100")  # same major version first
+    assert closest("Tesla T4", "7.5", 40) == ("another architecture", "NVIDIA A100")
+    assert closest("B200", "10.0", 148) == ("another architecture", "NVIDIA H200")
+    assert closest("simulator", "", 0) is None and closest("NVIDIA H200", "9.0", 132, "float64") is None
+

@@ -375,7 +375,7 @@ def test_a_tune_searches_the_families_that_take_its_dtype_on_its_gpu():
     assert TuneRequest(4, 4, 4, dtype="float64").families_on("8.6")[0] == "dmma"
     with pytest.raises(TuneError, match="compute capability 7.5.*tf32x3"):
         TuneRequest(4, 4, 4, families=["vector", "tf32x3"]).families_on("7.5")
-    with pytest.raises(TuneError, match="compute capability 8.0.*splitk needs for float32"):
+    with pytest.raises(TuneError, match="compute capability 8.0.*float32 kernels of splitk need"):
         TuneRequest(4, 4, 4, families=["splitk"]).families_on("8.0")
 
 
@@ -386,6 +386,6 @@ def test_a_tune_on_a_gpu_before_sm80_never_tries_kernels_it_cannot_compile(tmp_p
     assert result.new_trials == 12
     assert replay.calls and not [key for key in replay.calls if key.startswith(("tf32x3", "dmma", "splitk"))]
     assert not [key for key in replay.calls if json.loads(key.split(":", 1)[1]).get("async_copy")]
-    with pytest.raises(TuneError, match="lacks instructions that tf32x3 needs"):
+    with pytest.raises(TuneError, match="lacks instructions that float32 kernels of tf32x3 need"):
         tune(TuneRequest(64, 64, 64, trials=2, families=["tf32x3"], jobs=1), replay, tmp_path / "cache.db",
              show_progress=False)
