@@ -220,11 +220,12 @@ def test_c_is_written_from_registers_and_split_products_added_16_bytes_at_a_time
 
 ARCH_CHILD = """
 import json, sys
-from autotune.space import GpuLimits, compile_check, default_config, sample_configs
+from autotune.space import GpuLimits, compile_check, default_config, runs_on, sample_configs
 cc = sys.argv[1]
 target, limits = tuple(map(int, cc.split("."))), GpuLimits.for_cc(cc)
 served = [(family, dtype, c) for family, dtype, count in (("vector", "float32", 2), ("splitk", "float64", 1),
-          ("dmma", "float64", 1), ("tf32x3", "float32", 1)) for c in sample_configs(family, dtype, limits, count, seed=1)]
+          ("dmma", "float64", 1), ("tf32x3", "float32", 1)) if runs_on(family, dtype, cc)
+          for c in sample_configs(family, dtype, limits, count, seed=1)]
 piped = {**default_config("vector"), "async_copy": True, "stages": 3}
 for family, dtype, config in served + [("vector", "float32", piped), ("splitk", "float32", default_config("splitk"))]:
     (result,) = compile_check(family, [config], dtype, limits, target)
