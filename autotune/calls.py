@@ -183,8 +183,9 @@ def entry_plan(device: launch.Device, entry: store.Entry, m: int, n: int, k: int
         loaded = _loaded[entry.key] = launch.load(entry.cubin, entry.name, entry.dynamic_shared)
     itemsize = np.dtype(dtype).itemsize
     words, slots = launch.pack_arguments(memory_shapes(m, n, k, layout), itemsize)
-    zero = m * n * itemsize // 4 if entry.splits > 1 else 0
-    grid = launch.grid_for(m, n, entry.tile, entry.splits)
+    zero = m * n * itemsize // 4 if entry.adds else 0
+    workers = entry.workers_per_sm * device.attribute("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT")
+    grid = launch.grid_for(m, n, entry.tile, entry.splits, workers)
     return launch.Plan(loaded, device, grid, entry.block, words, slots, zero)
 
 
@@ -219,7 +220,7 @@ def find_entry(gpu: backends.Device, m: int, n: int, k: int, dtype: str, layout:
     compiled into the store for that layout and the offset width the shape needs. The store
     remembers what a plain lookup chose; a deterministic call takes it only if it does not split K."""
     found = store.recall(gpu.name, dtype, (m, n, k), layout=layout)
-    if found is None or (deterministic and found[1].get("splits", 1) > 1):
+    if found is None or (deterministic and store.adds_into_c(found[1])):
         from autotune.runtime import lookup
 
         stamp = store.cache_stamp()  # before looking up: a write meanwhile must make this stale

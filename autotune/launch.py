@@ -77,11 +77,13 @@ class ArgumentBuffer:
         self.address = ctypes.addressof(self.pointers)
 
 
-def grid_for(m: int, n: int, tile: tuple[int, int], splits: int) -> tuple[int, int, int]:
+def grid_for(m: int, n: int, tile: tuple[int, int], splits: int, workers: int = 0) -> tuple[int, int, int]:
     """(tiles of C, K-splits, 1), the rule of kernels.base.grid_of: every tile on grid x, whose
-    limit no product that fits in memory reaches."""
+    limit no product that fits in memory reaches; (workers, 1, 1) for a stream-K kernel."""
     from autotune.operands import OperandError
 
+    if workers:
+        return workers, 1, 1
     rows, cols = tile
     tiles = -(-m // rows) * -(-n // cols)
     if tiles > MAX_GRID_X:
@@ -193,7 +195,7 @@ class Plan:
         self.block = tuple(block) + (1,) * (3 - len(block))
         self.shared = loaded.dynamic_shared
         self.words, self.slots = words, slots
-        self.zero_words = zero_words  # 32-bit words of C to zero first (split-K adds into C)
+        self.zero_words = zero_words  # 32-bit words of C to zero first (split-K and stream-K add into C)
         self._local = threading.local()
         previous = dev.enter()
         try:

@@ -122,7 +122,8 @@ class Model:
     """The cost model of one set of rows (one architecture) for GPUs of `sm_count` SMs."""
 
     def __init__(self, rows: list[dict], sm_count: int, cc: str):
-        self.rows = [r for r in rows if (r.get("median_ms") or 0) > 0]
+        # a stream-K row's blocks do not run in waves, which is what the model prices
+        self.rows = [r for r in rows if (r.get("median_ms") or 0) > 0 and r["family"] != "streamk"]
         self.sm_count, self.cc = sm_count, cc
         self.overhead = self._fit_overhead()
         self.taus = self._taus(self.overhead)

@@ -1,12 +1,13 @@
 """Configs for shapes nobody tuned, chosen from measurements at the nearest measured shapes.
 
 A measured table (shipped per GPU model as autotune/data/measured/<gpu>.json, made by
-studies/step24_table.py and `table_of`) holds, for each of many training shapes, the speed of
-every candidate, all timed through the call path on one GPU. A candidate is a tile (of the
-shipped records, of the shape rule, or a skinny variant) and a split policy: at a shape, the tile
-is fitted to it (autotune.space.fit_tile: a side longer than the product's shrinks) and K is
-split as the policy's wave arithmetic says there (autotune.space.SPLIT_POLICIES), which may be
-not at all. For a shape asked, its NEIGHBOURS nearest training shapes (autotune.cache.shape_distance)
+studies/step24_table.py and `table_of`, its stream-K candidates by studies/step30_table.py) holds,
+for each of many training shapes, the speed of every candidate, all timed through the call path on
+one GPU. A candidate is a tile (of the shipped records, of the shape rule, or a skinny variant)
+and a policy: at a shape, the tile is fitted to it (autotune.space.fit_tile: a side longer than
+the product's shrinks) and K is split as the policy's wave arithmetic says there
+(autotune.space.SPLIT_POLICIES), which may be not at all, or (policy "stream") all the tiles'
+k-steps are shared out among STREAM_WORKERS blocks per SM (kernels.streamk). For a shape asked, its NEIGHBOURS nearest training shapes (autotune.cache.shape_distance)
 vote: a candidate scores the mean, weighted by 1 / (1 + distance), of the log of its speed over
 the best speed at each neighbour, and the best score wins, fitted and split for the shape asked.
 Measured speeds transfer better than a tuned row's lone config or the cost model's prices
@@ -20,13 +21,15 @@ import math
 from dataclasses import dataclass
 
 from autotune.cache import shape_distance
-from autotune.space import SPLIT_POLICIES, fit_tile, policy_splits
+from autotune.space import SPLIT_POLICIES, STREAM_WORKERS, fit_tile, policy_splits
+from autotune.store import adds_into_c
 
 NEIGHBOURS = 8
 #: a candidate not measured at a neighbour (its tile was not tried there) counts as this share
 #: of that neighbour's best
 UNMEASURED = 0.3
-POLICIES = tuple(SPLIT_POLICIES)
+STREAM = "stream"
+POLICIES = (*SPLIT_POLICIES, STREAM)
 
 
 @dataclass(frozen=True)
@@ -43,8 +46,10 @@ def candidate_name(tile_index: int, policy: str) -> str:
 
 def config_for(tile: dict, policy: str, m: int, n: int, k: int, sm_count: int) -> tuple[str, dict]:
     """The (family, params) of a candidate at (M, N, K): its tile fitted to the shape, K split as
-    its policy asks there, which may be not at all."""
+    its policy asks there, which may be not at all, or streamed."""
     fitted = fit_tile(tile, m, n, k)
+    if policy == STREAM:
+        return "streamk", {**fitted, "workers_per_sm": STREAM_WORKERS}
     splits = policy_splits(policy, m, n, k, fitted, sm_count)
     return ("splitk", {**fitted, "splits": splits}) if splits > 1 else ("vector", fitted)
 
@@ -52,7 +57,8 @@ def config_for(tile: dict, policy: str, m: int, n: int, k: int, sm_count: int) -
 def choose(table: dict, m: int, n: int, k: int, sm_count: int, deterministic: bool = False,
            feasible=lambda family, params: True) -> Pick | None:
     """The candidate of `table` its NEIGHBOURS nearest shapes rate best for (M, N, K); with
-    `deterministic`, only candidates that leave K whole there. None for an empty table."""
+    `deterministic`, only candidates that leave K whole there and do not stream. None for an empty
+    table."""
     found = ranked(table, m, n, k, sm_count, deterministic, feasible, count=1)
     return found[0] if found else None
 
@@ -71,7 +77,7 @@ def ranked(table: dict, m: int, n: int, k: int, sm_count: int, deterministic: bo
     for name in sorted({name for s in near for name in s["gflops"]}):
         index, policy = name.split(":")
         family, params = config_for(table["tiles"][int(index)], policy, m, n, k, sm_count)
-        if (deterministic and params.get("splits", 1) > 1) or not feasible(family, params):
+        if (deterministic and adds_into_c(params)) or not feasible(family, params):
             continue
         score = sum(w * math.log(_speed(s, name) / max(s["gflops"].values())) for w, s in zip(weights, near))
         scored.append((score / sum(weights), name, family, params))
@@ -81,7 +87,8 @@ def ranked(table: dict, m: int, n: int, k: int, sm_count: int, deterministic: bo
             continue
         seen.append((family, params))
         fared = ", ".join(f"{s['m']}x{s['n']}x{s['k']} {_speed(s, name) / max(s['gflops'].values()):.2f}" for s in near)
-        split = f", K split {params['splits']} ways" if params.get("splits", 1) > 1 else ""
+        split = (f", K split {params['splits']} ways" if params.get("splits", 1) > 1 else
+                 f", stream-K on {params['workers_per_sm']} blocks per SM" if family == "streamk" else "")
         basis = (f"measured: tile {index_of(name)} of {table['device']}'s table{split}; at the {len(near)} nearest of "
                  f"{len(shapes)} measured shapes it ran at {fared} of the best")
         picks.append(Pick(family, params, name, basis))

@@ -21,7 +21,8 @@ of the same compute capability and SM count, then one of the same compute capabi
 other architectures are never used); then the faster (exact) or the closer (nearest) row. A row
 measured on other kernel code than today's (its source hash differs) is stale: it is used only
 when no fresh row fits at steps 1 and 3, with a one-time warning to re-tune. A deterministic
-lookup skips every config that splits K (their atomic additions land in any order), at every step.
+lookup skips every config that adds into C (split-K, stream-K: their atomic additions land in any
+order), at every step.
 Lookups and built kernels are memoized per process; call `clear()` after tuning in-process.
 """
 
@@ -42,6 +43,7 @@ from autotune.model import predict, similar_load
 from autotune.operands import OperandError, arrays_layout, check_shapes
 from autotune.records import ANOTHER_ARCHITECTURE, GPU_MATCHES, closest_table, gpu_rank
 from autotune.space import DEFAULT_FAMILY, GpuLimits, default_config, infeasibility
+from autotune.store import adds_into_c
 from kernels import DTYPES, LAYOUTS, Config, Kernel
 
 NEAREST_MAX_DISTANCE = 3.0  # e.g. 8x along one dimension, or 2x along all three
@@ -109,11 +111,6 @@ def lookup(m: int, n: int, k: int, dtype: str = "float32", device: Device | None
     return choice
 
 
-def splits_k(family: str, config: dict) -> bool:
-    """Whether the config's kernel adds partial products into C (results vary in the last bits)."""
-    return config.get("splits", 1) > 1
-
-
 def _find(m: int, n: int, k: int, dtype: str, device: Device, layout: str = "NN", deterministic: bool = False) -> Choice:
     if dtype not in DTYPES:
         raise OperandError(f"unsupported dtype {dtype}; supported: {', '.join(DTYPES)}")
@@ -126,7 +123,7 @@ def _find(m: int, n: int, k: int, dtype: str, device: Device, layout: str = "NN"
     ranked, usable = [], []
     for origin, row in candidates:
         match, served = gpu_match(row, device), layout_rank(row, layout)
-        if match is None or served is None or (deterministic and splits_k(row["family"], row["params"])):
+        if match is None or served is None or (deterministic and adds_into_c(row["params"])):
             continue
         if not _usable(row, dtype):
             continue

@@ -47,12 +47,14 @@ def device_limits() -> GpuLimits:
 
 
 #: the oldest compute capability whose PTX has the instructions a config may use: `cp.async`
-#: (vector and splitk's async_copy), splitk's 16-byte float32 atomic adds (`red.global.add.v4.f32`,
-#: kernels.intrinsics.reduce_add), and each mma.sync shape by its kind (kernels.warp_mma)
+#: (vector, splitk and streamk's async_copy), the 16-byte float32 atomic adds of the families that
+#: add into C (`red.global.add.v4.f32`, kernels.intrinsics.reduce_add), and each mma.sync shape by its kind (kernels.warp_mma)
 ASYNC_COPY_CC = (8, 0)
 VECTOR_ADD_CC = (9, 0)
 MMA_CC = {("f64", "m8n8k4"): (8, 0), ("f64", "m16n8k4"): (9, 0), ("f64", "m16n8k8"): (9, 0),
           ("f64", "m16n8k16"): (9, 0), ("tf32", "m16n8k4"): (8, 0), ("tf32", "m16n8k8"): (8, 0)}
+#: the FFMA families that add partial products into C
+ADDING_FAMILIES = ("splitk", "streamk")
 #: the tensor-core families and the mma kind they issue
 MMA_KINDS = {"dmma": "f64", "tf32x3": "tf32"}
 
@@ -63,7 +65,7 @@ def arch_infeasibility(family: str, config: dict, dtype: str, cc: str | None) ->
     if not cc:
         return None
     needs = {"cp.async": ASYNC_COPY_CC if config.get("async_copy") else None,
-             "red.global.add.v4.f32 (split-K's 16-byte adds)": VECTOR_ADD_CC if _adds_vectors(family, dtype) else None,
+             "red.global.add.v4.f32 (16-byte adds into C)": VECTOR_ADD_CC if _adds_vectors(family, dtype) else None,
              f"mma.sync {config.get('mma')}": MMA_CC.get((MMA_KINDS.get(family), config.get("mma")))}
     for instruction, arch in needs.items():
         if arch and _version(cc) < arch:
@@ -72,7 +74,7 @@ def arch_infeasibility(family: str, config: dict, dtype: str, cc: str | None) ->
 
 
 def _adds_vectors(family: str, dtype: str) -> bool:
-    return family == "splitk" and dtype == "float32"
+    return family in ADDING_FAMILIES and dtype == "float32"
 
 
 def infeasibility(family: str, config: dict, dtype: str, limits: DeviceLimits) -> str | None:
@@ -252,6 +254,20 @@ def wave_splits(m: int, n: int, k: int, tile: dict, sm_count: int, waves: int = 
     while blocks * splits < waves * sm_count and k >= 2 * splits * min_steps * tile["bk"] and splits < MAX_SPLITS:
         splits *= 2
     return splits
+
+
+#: stream-K blocks per SM of the rule and of the measured table's "stream" candidates
+#: (kernels.streamk): two blocks of a tile share an SM where one would leave it latency-bound
+STREAM_WORKERS = 2
+
+
+def stream_twin(config: Config) -> Config | None:
+    """The stream-K config (kernels.streamk) of a vector or splitk config's tile, on
+    STREAM_WORKERS blocks per SM; None for other families."""
+    if config.family not in ("vector", "splitk"):
+        return None
+    tile = {k: v for k, v in config.params.items() if k != "splits"}
+    return Config.of("streamk", {**tile, "workers_per_sm": STREAM_WORKERS})
 
 
 def policy_splits(policy: str, m: int, n: int, k: int, tile: dict, sm_count: int) -> int:

@@ -1,8 +1,8 @@
 """Compiled kernels kept on disk, so that a process launches a tuned kernel without compiling it.
 
 An entry is one file, `<key>.cubin`: MAGIC, a 4-byte header length, a JSON header, the cubin.
-The header says all a launch needs (entry name, block, tile, splits, shared bytes, argument
-layout), so loading an entry needs cuda.bindings and neither numba nor the kernel modules (both
+The header says all a launch needs (entry name, block, tile, splits or stream-K workers, shared
+bytes, argument layout), so loading an entry needs cuda.bindings and neither numba nor the kernel modules (both
 import numba, which costs more than the whole launch). The key hashes everything that changes
 the binary: family, config, operand layout (kernels.LAYOUTS), offset width, the arguments' form,
 dtype, target architecture, the kernel sources, and the numba-cuda, NVVM and nvJitLink versions
@@ -121,6 +121,12 @@ def entry_key(parts: dict) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 
+def adds_into_c(config: dict) -> bool:
+    """Whether a config's kernel adds partial products into C (split-K, stream-K), so that its
+    results vary in the last bits from run to run."""
+    return config.get("splits", 1) > 1 or config.get("workers_per_sm", 0) > 0
+
+
 @dataclass(frozen=True)
 class Entry:
     key: str
@@ -142,6 +148,16 @@ class Entry:
     @property
     def splits(self) -> int:
         return self.header["splits"]
+
+    @property
+    def workers_per_sm(self) -> int:
+        """Stream-K blocks per SM (kernels.streamk); 0 for a block per tile."""
+        return self.header.get("workers_per_sm", 0)
+
+    @property
+    def adds(self) -> bool:
+        """Whether the kernel adds into C, which must be zeroed first (kernels.base.Kernel.adds)."""
+        return self.splits > 1 or self.workers_per_sm > 0
 
     @property
     def dynamic_shared(self) -> int:
@@ -216,7 +232,7 @@ def build(family: str, config: dict, dtype: str, cc: tuple[int, int], root: Path
     resources = parse_report(log, cc)
     header = {
         "parts": parts, "entry": name, "block": list(kernel.block), "tile": list(kernel.tile),
-        "splits": kernel.splits, "launch_bounds": list(kernel.launch_bounds), "dynamic_shared": kernel.dynamic_shared,
+        "splits": kernel.splits, "workers_per_sm": kernel.workers_per_sm, "launch_bounds": list(kernel.launch_bounds), "dynamic_shared": kernel.dynamic_shared,
         "static_shared": resources.shared_bytes, "registers": resources.registers,
         "cubin_sha256": hashlib.sha256(cubin).hexdigest(),
     }

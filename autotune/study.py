@@ -21,10 +21,12 @@ from autotune.cache import Cache, nearest_rows
 from autotune.neighbours import ranked
 from autotune.records import closest_table, measured_tables, shipped_rows
 from autotune.storage import masked, reap_dead_trials, setup_lock
-from autotune.space import default_config, distributions, infeasibility, shape_guesses, trial_params
+from autotune.space import default_config, distributions, infeasibility, shape_guesses, stream_twin, trial_params
 from kernels.base import Config
 
 WARM_START_SHAPES = 3
+#: the nearest tuned configs whose tiles a cold study also tries streamed (space.stream_twin)
+STREAM_TWINS = 2
 #: the measured table's best candidates for the shape that a cold study tries early
 MEASURED_GUESSES = 4
 MEASURED = (TrialState.COMPLETE, TrialState.FAIL)
@@ -127,7 +129,8 @@ def warm_start(cache: Cache, device: str, dtype: str, shape, families: list[str]
                sm_count: int = 0, cc: str | None = None) -> list[Config]:
     """The configs the shape rule picks for skinny and few-tile shapes (space.shape_guesses), the
     measured table's MEASURED_GUESSES best candidates for the shape (measured_guesses), the
-    bests of the nearest tuned shapes (cached, then shipped; then shipped for other GPU models of
+    bests of the nearest tuned shapes, the first STREAM_TWINS of them also as stream-K twins
+    (space.stream_twin) after the first (cached, then shipped; then shipped for other GPU models of
     compute capability `cc`, which lookup serves this one until it has rows of its own), then the
     default config of each family searched, best guess first (kernels.FAMILIES order). Workers
     starting together climb from the first queued config (autotune.samplers), so it should be the
@@ -139,7 +142,8 @@ def warm_start(cache: Cache, device: str, dtype: str, shape, families: list[str]
         tuned += nearest_rows(kin, shape, WARM_START_SHAPES)
     candidates = shape_guesses(*shape, dtype, limits, sm_count, cc) if sm_count else []
     candidates += measured_guesses(device, cc, dtype, shape, sm_count, limits)
-    candidates += [Config.of(row["family"], row["params"]) for _, row in tuned]
+    nearest = [Config.of(row["family"], row["params"]) for _, row in tuned]
+    candidates += nearest[:1] + [twin for twin in map(stream_twin, nearest[:STREAM_TWINS]) if twin] + nearest[1:]
     candidates += [Config.of(f, default_config(f)) for f in kernels.FAMILIES if f in families]
     chosen = []
     for config in candidates:

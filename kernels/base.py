@@ -78,8 +78,11 @@ def unaligned_for(m: int, n: int, k: int, layout: str, dtype: str) -> str:
     return "".join(name for name, length in (("A", a_length), ("B", b_length)) if length * itemsize(dtype) % 16)
 
 
-def grid_of(m: int, n: int, tile: tuple[int, int], splits: int = 1) -> tuple[int, int, int]:
-    """(tiles of C, K-splits, 1): every tile on grid x, whose limit no product in memory reaches."""
+def grid_of(m: int, n: int, tile: tuple[int, int], splits: int = 1, workers: int = 0) -> tuple[int, int, int]:
+    """(tiles of C, K-splits, 1): every tile on grid x, whose limit no product in memory reaches;
+    (workers, 1, 1) for a stream-K kernel, whose blocks share out the tiles themselves."""
+    if workers:
+        return workers, 1, 1
     rows, cols = tile
     tiles = -(-m // rows) * -(-n // cols)
     if tiles > MAX_GRID_X:
@@ -95,12 +98,23 @@ def check_layout(layout: str) -> str:
 
 def tile_origin(rows: int, cols: int):
     """A device function origin(M, N) -> (row0, col0) of the tile of C this block computes: block
-    x counts tiles in groups of GROUP_ROWS tile rows, column by column within a group."""
-    ROWS, COLS, GROUP = rows, cols, GROUP_ROWS
+    x counts tiles (tile_origin_at)."""
+    origin_at = tile_origin_at(rows, cols)
 
     @cuda.jit(device=True)
     def origin(M, N):
-        tile = cuda.blockIdx.x
+        return origin_at(M, N, cuda.blockIdx.x)
+
+    return origin
+
+
+def tile_origin_at(rows: int, cols: int):
+    """A device function origin_at(M, N, tile) -> (row0, col0) of tile number `tile` of C: tiles
+    count in groups of GROUP_ROWS tile rows, column by column within a group."""
+    ROWS, COLS, GROUP = rows, cols, GROUP_ROWS
+
+    @cuda.jit(device=True)
+    def origin_at(M, N, tile):
         tile_rows = (M + ROWS - 1) // ROWS
         tile_cols = (N + COLS - 1) // COLS
         per_group = GROUP * tile_cols
@@ -109,7 +123,7 @@ def tile_origin(rows: int, cols: int):
         within = tile % per_group
         return (first_row + within % height) * ROWS, (within // height) * COLS
 
-    return origin
+    return origin_at
 
 
 def product_shape(layout: str):
@@ -216,8 +230,11 @@ class Kernel:
     py_func: Callable
     block: tuple[int, ...]
     tile: tuple[int, int]
-    #: blocks along K per tile of C (grid z); they add into C, which is zeroed first
+    #: blocks along K per tile of C (grid y); they add into C, which is zeroed first
     splits: int = 1
+    #: stream-K: this many blocks per SM, each multiplying an even share of all the tiles'
+    #: k-steps and adding it into C, which is zeroed first; 0: a block per tile (and split)
+    workers_per_sm: int = 0
     #: blocks that must fit on one SM at once: ptxas caps registers at 64K / (threads x min_blocks)
     min_blocks: int = 1
     layout: str = "NN"
@@ -238,8 +255,16 @@ class Kernel:
     def threads(self) -> int:
         return math.prod(self.block)
 
-    def grid(self, m: int, n: int) -> tuple[int, int, int]:
-        return grid_of(m, n, self.tile, self.splits)
+    @property
+    def adds(self) -> bool:
+        """Whether blocks add their products into C (zeroed by a launch of its own first), so
+        that results vary in the last bits from run to run."""
+        return self.splits > 1 or self.workers_per_sm > 0
+
+    def grid(self, m: int, n: int, sm_count: int = 0) -> tuple[int, int, int]:
+        """The grid for an M x N product, on a GPU of `sm_count` SMs (the current one's if 0)."""
+        workers = self.workers_per_sm * (sm_count or multiprocessors()) if self.workers_per_sm else 0
+        return grid_of(m, n, self.tile, self.splits, workers)
 
     @property
     def launch_bounds(self) -> tuple[int, ...]:
@@ -264,7 +289,7 @@ class Kernel:
         if m == 0 or n == 0:
             return _nothing
         launch = self.compile()[self.grid(m, n), self.block, stream, self.dynamic_shared]
-        if self.splits == 1:
+        if not self.adds:
             return launch
         zero = zero_fill(self.dtype)[-(-m * n // ZERO_BLOCK), ZERO_BLOCK, stream]
         def zero_then_launch(A, B, C):
@@ -281,6 +306,15 @@ class Kernel:
 
 
 DEFAULT_DYNAMIC_SHARED = 48 * 1024
+#: the SMs the simulator pretends to have: enough stream-K workers that their shares cross tiles
+SIMULATED_SMS = 2
+
+
+def multiprocessors() -> int:
+    """The current GPU's SM count."""
+    from numba import config
+
+    return SIMULATED_SMS if config.ENABLE_CUDASIM else cuda.get_current_device().MULTIPROCESSOR_COUNT
 
 
 def _allow_dynamic_shared(dispatcher, size: int) -> None:
@@ -298,8 +332,8 @@ ZERO_BLOCK = 256
 
 @functools.cache
 def zero_fill(dtype: str):
-    """A kernel setting a 2-D array to 0, one element per thread along grid x: split kernels add
-    their partial products into C."""
+    """A kernel setting a 2-D array to 0, one element per thread along grid x: split and stream-K
+    kernels add their partial products into C."""
     zero = numba_type(dtype)(0)
 
     @cuda.jit(f"void({dtype}[:, ::1])")

@@ -33,7 +33,8 @@ from __future__ import annotations
 from numba import cuda
 
 from .base import (
-    DEFAULT_DYNAMIC_SHARED, DeviceLimits, Family, Kernel, itemsize, numba_type, product_shape, tile_origin, unrolled,
+    DEFAULT_DYNAMIC_SHARED, DeviceLimits, Family, Kernel, itemsize, numba_type, product_shape, tile_origin,
+    tile_origin_at, unrolled,
 )
 from .intrinsics import (
     SHARED_ALIGNMENT, async_commit, async_wait, dynamic_shared_array, reduce_add, rows_aligned, scalar_access,
@@ -79,14 +80,16 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
 
 
 def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layout: str = "NN",
-         offset_bits: int = 32, unaligned: str = "") -> Kernel:
+         offset_bits: int = 32, unaligned: str = "", workers_per_sm: int = 0) -> Kernel:
     """The kernel for `config`; with `splits` > 1, block y of a tile of C multiplies the y-th
-    of `splits` ranges of K (whole BK-steps) and adds its product into C atomically.
+    of `splits` ranges of K (whole BK-steps) and adds its product into C atomically; with
+    `workers_per_sm`, the grid's blocks share out all the tiles' BK-steps evenly (stream-K:
+    kernels.streamk) and add each tile's part into C atomically.
     `unaligned` names the operands ("A", "B") built for rows that are not 16-byte aligned (see
     `wide_fetch`): any operands run on any build, but an aligned operand on such a build loses its
     16-byte moves, and an unaligned one on a build without runs every tile through bounds tests."""
     BM, BN, BK = config["bm"], config["bn"], config["bk"]
-    SPLITS = splits
+    SPLITS, STREAMED = splits, workers_per_sm > 0
     TM, TN = config["tm"], config["tn"]
     STAGES = config["stages"]
     VEC = vector_width(itemsize(dtype))
@@ -106,7 +109,7 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layo
     fetch, stash = tile_movers(BM, BN, BK, THREADS, elem_t, FETCH_WIDTH, **movers)
     tile_copier_checked = tile_copier(BM, BN, BK, THREADS, FETCH_WIDTH, **movers)
     commit, wait_for_oldest = async_commit(), async_wait(STAGES - 2)
-    origin, dims = tile_origin(BM, BN), product_shape(layout)
+    origin, origin_at, dims = tile_origin(BM, BN), tile_origin_at(BM, BN), product_shape(layout)
     # A part read wide must have aligned rows: every part through registers, only the parts
     # stored as they are (A passed transposed, B not) through asynchronous copies
     A_WIDE = FETCH_WIDTH > 1 and (not ASYNC or layout[0] == "T")
@@ -261,9 +264,9 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layo
     store_one = scalar_access(offset_bits)[1]
     add_one, add_group, group_of = reduce_add(1, offset_bits), reduce_add(VEC, offset_bits), _lanes(VEC)
     c_aligned = rows_aligned(VEC)
-    # K split, a group of VEC columns goes into C as one 16-byte atomic add (float32 lanes). Not
-    # the stores of a whole K: 16-byte stores pin the accumulators to aligned register quads.
-    WIDE_ADDS = SPLITS > 1
+    # Adding into C, a group of VEC columns goes in as one 16-byte atomic add (float32 lanes).
+    # Not the stores of a whole K: 16-byte stores pin the accumulators to aligned register quads.
+    ADDS = SPLITS > 1 or STREAMED
 
     @cuda.jit(device=True)
     def write_row(t, C, M, N, row0, col0, top, left, inside, wide, row_base, col_base, acc):
@@ -276,7 +279,7 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layo
                 else:
                     for j in range(VEC):
                         if inside or left <= c + j < N:
-                            if SPLITS == 1:
+                            if not ADDS:
                                 store_one(C, (r, c + j), acc[t, h * VEC + j])
                             else:
                                 add_one(C, (r, c + j), (acc[t, h * VEC + j],))
@@ -293,8 +296,35 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layo
         stay in registers."""
         top, left = -(-row0 // BM) * BM, -(-col0 // BN) * BN
         inside = row0 == top and col0 == left and row0 + BM <= M and col0 + BN <= N
-        wide = WIDE_ADDS and c_aligned(C) and col0 % VEC == 0
+        wide = ADDS and c_aligned(C) and col0 % VEC == 0
         write_rows(C, M, N, row0, col0, top, left, inside, wide, row_base, col_base, acc)
+
+    @cuda.jit(device=True)
+    def zero(acc):
+        for i in range(TM):
+            for j in range(TN):
+                acc[i, j] = elem_t(0)
+
+    @cuda.jit(device=True)
+    def stream(A, B, C, M, N, K, sA, sB, tid, row_base, col_base, a_frag, b_frag, acc):
+        """Stream-K: this block's even share of all the tiles' BK-steps, taken in tile order, and
+        each tile's part of it added into C."""
+        steps = (K + BK - 1) // BK
+        total = ((M + BM - 1) // BM) * ((N + BN - 1) // BN) * steps
+        step = total * cuda.blockIdx.x // cuda.gridDim.x
+        end = total * (cuda.blockIdx.x + 1) // cuda.gridDim.x
+        while step < end:
+            tile = step // steps
+            first = step - tile * steps
+            last = min(steps, first + end - step)
+            top, left = origin_at(M, N, tile)
+            row0, col0 = edge_origin(top, left, M, N)
+            zero(acc)
+            multiply_all(A, B, sA, sB, first * BK, min(K, last * BK), row0, col0, tid, row_base, col_base, a_frag,
+                         b_frag, acc)
+            write_back(C, M, N, row0, col0, row_base, col_base, acc)
+            step += last - first
+            cuda.syncthreads()  # everyone is done with the shared tiles the next part refills
 
     def vector_matmul(A, B, C):
         if DYNAMIC:
@@ -310,6 +340,9 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layo
         row_base = (tid // TX) * VEC
         col_base = (tid % TX) * VEC
         M, N, K = dims(A, B)
+        if STREAMED:
+            stream(A, B, C, M, N, K, sA, sB, tid, row_base, col_base, a_frag, b_frag, acc)
+            return
         top, left = origin(M, N)
         row0, col0 = edge_origin(top, left, M, N)
         k_begin, k_end = 0, K
@@ -325,7 +358,8 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layo
         write_back(C, M, N, row0, col0, row_base, col_base, acc)
 
     return Kernel(family, dict(config), dtype, vector_matmul, block=(THREADS,), tile=(BM, BN), splits=SPLITS,
-                  min_blocks=config["min_blocks"], layout=layout, offset_bits=offset_bits, unaligned=NARROW,
+                  workers_per_sm=workers_per_sm,
+                  min_blocks=max(config["min_blocks"], workers_per_sm), layout=layout, offset_bits=offset_bits, unaligned=NARROW,
                   dynamic_shared=SHARED_BYTES if DYNAMIC else 0)
 
 

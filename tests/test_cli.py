@@ -97,7 +97,7 @@ def test_lookup_in_the_simulator():
     [
         (("tune", "--m", 0, "--n", 4, "--k", 4, "--simulate"), "error: M, N and K must be positive, got 0x4x4\n"),
         (("tune", "--m", 4, "--n", 4, "--k", 4, "--dtype", "float16", "--simulate"), "error: unsupported dtype 'float16'; supported: float32, float64, int32\n"),
-        (("tune", "--m", 4, "--n", 4, "--k", 4, "--family", "cublas", "--simulate"), "error: unknown kernel family 'cublas'; known: dmma, tf32x3, vector, splitk, register, shared, naive\n"),
+        (("tune", "--m", 4, "--n", 4, "--k", 4, "--family", "cublas", "--simulate"), "error: unknown kernel family 'cublas'; known: dmma, tf32x3, vector, splitk, register, streamk, shared, naive\n"),
         (("best", "--m", 4), "error: give all of --m, --n and --k, or none\n"),
         (("bench", "--shapes", "4x4", "--simulate"), "error: '4x4' is neither a suite (standard, squares, quick, wide, seeded) nor a shape MxNxK\n"),
         (("bench", "--peers", "--dtype", "float64", "--simulate"), "error: --peers times float32 only\n"),
@@ -106,7 +106,7 @@ def test_lookup_in_the_simulator():
         (("lookup", "--m", 4, "--n", 4, "--k", 4, "--dtype", "bool"), "error: unsupported dtype bool; supported: float32, float64, int32\n"),
         (("check", "--family", "naive", "--sample", 1), "error: compiling to PTX needs numba-cuda without NUMBA_ENABLE_CUDASIM\n"),
         (("check", "--family", "splitk", "--cc", "8.0"), "error: no splitk config runs here for float32: "
-         "red.global.add.v4.f32 (split-K's 16-byte adds) needs compute capability 9.0, this GPU has 8.0\n"),
+         "red.global.add.v4.f32 (16-byte adds into C) needs compute capability 9.0, this GPU has 8.0\n"),
     ],
 )
 def test_user_mistakes_are_one_line_on_stderr(args, message):

@@ -24,7 +24,7 @@ ASYNC = {**PIPELINED, "async_copy": True}
 
 if ON_GPU:
     CONFIGS = {name: [entry.default] for name, entry in kernels.FAMILIES.items()}
-    for name in ("vector", "splitk"):
+    for name in ("vector", "splitk", "streamk"):
         CONFIGS[name].append({**kernels.FAMILIES[name].default, **PIPELINED})
         CONFIGS[name].append({**kernels.FAMILIES[name].default, **ASYNC, "stages": 3})
     CONFIGS["dmma"].append({**DMMA_TILE, "mma": "m16n8k4", "splits": 2})
@@ -73,6 +73,14 @@ else:
              **ASYNC},
             {"bm": 32, "bn": 32, "bk": 16, "tm": 8, "tn": 4, "pad": 0, "stages": 1, "unroll": False, "fragments": 1,
              "wide_fetch": True, "async_copy": False, "min_blocks": 2, "splits": 2},
+        ],
+        # as many blocks as the simulator's SMs (kernels.base.SIMULATED_SMS) times workers_per_sm: shares
+        # that begin and end inside tiles, and (at 1x1x1) more blocks than k-steps
+        "streamk": [
+            {"bm": 16, "bn": 32, "bk": 8, "tm": 4, "tn": 4, "pad": 4, "stages": 3, "min_blocks": 1, "workers_per_sm": 3,
+             **ASYNC},
+            {"bm": 32, "bn": 16, "bk": 8, "tm": 4, "tn": 4, "pad": 0, "stages": 2, "unroll": False, "fragments": 1,
+             "wide_fetch": True, "async_copy": False, "min_blocks": 1, "workers_per_sm": 2},
         ],
     }
     # the last has 16-byte-aligned rows (K, N multiples of 4) and whole tiles inside, for wide fetches,
@@ -179,6 +187,9 @@ def test_wide_offsets_are_chosen_by_operand_size():
 def test_grid_puts_every_tile_on_x():
     assert kernels.grid_of(5_000_000, 16, (64, 16)) == (78125, 1, 1)
     assert kernels.grid_of(100, 300, (32, 64), 4) == (4 * 5, 4, 1)
+    streamed = kernels.build("streamk", {**kernels.family("streamk").default, "workers_per_sm": 2}, "float32")
+    assert streamed.grid(5_000_000, 16, sm_count=132) == (264, 1, 1) and streamed.adds
+    assert not kernels.build("vector", kernels.family("vector").default, "float32").adds
     config = CONFIGS["vector"][0]
     tiles = -(-5_000_000 // config["bm"]) * -(-16 // config["bn"])
     assert kernels.build("vector", config, "float32").grid(5_000_000, 16) == (tiles, 1, 1)

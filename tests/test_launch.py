@@ -161,6 +161,7 @@ def test_grids_put_every_tile_on_x_so_tall_and_wide_products_run():
     assert launch.grid_for(5_000_000, 16, (64, 16), 1) == (78125, 1, 1)
     assert launch.grid_for(16, 5_000_000, (16, 64), 4) == (78125, 4, 1)
     assert launch.grid_for(100, 300, (32, 64), 4) == (4 * 5, 4, 1)
+    assert launch.grid_for(5_000_000, 16, (64, 16), 1, workers=264) == (264, 1, 1)  # stream-K: a block per worker
     with pytest.raises(OperandError, match="needs 68719476736 blocks, over CUDA.s 2147483647"):
         launch.grid_for(2**24, 2**24, (64, 64), 1)
 

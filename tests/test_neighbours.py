@@ -9,7 +9,7 @@ import autotune.records
 import kernels
 from autotune import neighbours, records, runtime
 from autotune.records import measured_tables
-from autotune.space import DeviceLimits, GpuLimits, fit_tile, infeasibility, wave_splits
+from autotune.space import STREAM_WORKERS, DeviceLimits, GpuLimits, fit_tile, infeasibility, wave_splits
 
 SMALL = {"bm": 64, "bn": 64, "bk": 16, "tm": 8, "tn": 4, "pad": 4, "stages": 3, "unroll": True, "fragments": 1,
          "wide_fetch": True, "async_copy": True, "min_blocks": 1}
@@ -63,6 +63,15 @@ def test_deterministic_takes_whole_candidates_and_unmeasured_ones_count_low():
     assert neighbours.choose(found, 300, 300, 300, 132).config == SMALL
     assert neighbours.choose(found, 300, 300, 300, 132, feasible=lambda family, params: params != SMALL).config == BIG
     assert neighbours.choose({**found, "shapes": []}, 300, 300, 300, 132) is None
+
+
+def test_a_streamed_candidate_shares_the_tiles_k_steps_and_deterministic_passes_it_over():
+    family, params = neighbours.config_for(BIG, "stream", 1000, 1000, 1000, 132)
+    assert (family, params) == ("streamk", {**BIG, "workers_per_sm": STREAM_WORKERS})
+    found = table(((1000, 1000, 1000), {"1:stream": 90.0, "1:whole": 80.0, "0:split": 85.0}))
+    pick = neighbours.choose(found, 1000, 1000, 1000, 132)
+    assert pick.family == "streamk" and f"stream-K on {STREAM_WORKERS} blocks per SM" in pick.basis
+    assert neighbours.choose(found, 1000, 1000, 1000, 132, deterministic=True).name == "1:whole"
 
 
 def test_table_of_gives_every_candidate_the_speed_of_the_job_it_came_to():

@@ -4,6 +4,7 @@ import pytest
 import kernels
 from autotune.space import (
     DMMA_TILE,
+    STREAM_WORKERS,
     TF32X3_TILE,
     DeviceLimits,
     GpuLimits,
@@ -15,6 +16,7 @@ from autotune.space import (
     policy_splits,
     sample_configs,
     shape_guesses,
+    stream_twin,
     suggest,
     trial_params,
 )
@@ -241,11 +243,14 @@ def test_configs_use_only_the_instructions_their_gpu_has():
     assert not [c for c in feasible_configs("vector", "float32", t4) if c["async_copy"]]
     assert [c for c in feasible_configs("vector", "float32", a100) if c["async_copy"]]
     split = default_config("splitk")
-    needs_sm90 = "red.global.add.v4.f32 (split-K's 16-byte adds) needs compute capability 9.0"
+    needs_sm90 = "red.global.add.v4.f32 (16-byte adds into C) needs compute capability 9.0"
     assert needs_sm90 in infeasibility("splitk", split, "float32", a100)
+    assert needs_sm90 in infeasibility("streamk", default_config("streamk"), "float32", a100)
     assert infeasibility("splitk", split, "float32", h200) is None
     assert infeasibility("splitk", split, "float64", a100) is None  # float64 adds one element at a time
-    assert families_for("float32", "7.5") == [f for f in families_for("float32") if f not in ("tf32x3", "splitk")]
+    assert families_for("float32", "7.5") == [f for f in families_for("float32")
+                                              if f not in ("tf32x3", "splitk", "streamk")]
+    assert "streamk" in families_for("float64", "8.0")
     assert families_for("float64", "8.0") == families_for("float64")
 
 
@@ -258,3 +263,19 @@ def test_the_shape_rule_pipelines_through_registers_where_cp_async_is_missing():
     on_h200 = shape_guesses(16, 8192, 8192, "float32", GpuLimits.for_cc("9.0"), 132, "9.0")
     assert any(g.params.get("async_copy") and g.params["stages"] == 4 for g in on_h200)
 
+
+
+def test_stream_k_workers_must_fit_on_an_sm_together():
+    """Workers that cannot share an SM would wait for one another: a wave of their own."""
+    small = {**default_config("streamk"), "bm": 64, "bn": 64, "tm": 8, "tn": 4, "workers_per_sm": 4}  # 128 threads
+    assert infeasibility("streamk", small, "float32", DeviceLimits()) is None
+    big = {**default_config("streamk"), "workers_per_sm": 4}  # 256 threads of ~200 registers each
+    assert "4 blocks" in infeasibility("streamk", big, "float32", DeviceLimits())
+
+
+def test_a_tile_families_config_has_a_stream_k_twin():
+    split = Config.of("splitk", default_config("splitk"))
+    twin = stream_twin(split)
+    assert twin.family == "streamk" and twin.params == {**default_config("vector"), "workers_per_sm": STREAM_WORKERS}
+    assert stream_twin(Config.of("vector", default_config("vector"))) == twin
+    assert stream_twin(Config.of("tf32x3", default_config("tf32x3"))) is None

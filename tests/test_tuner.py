@@ -8,7 +8,7 @@ import pytest
 import kernels
 from autotune.cache import Cache
 from autotune.replay import Replay, config_key
-from autotune.space import FAMILY_NAMES, DeviceLimits, GpuLimits, shape_guesses
+from autotune.space import FAMILY_NAMES, DeviceLimits, GpuLimits, shape_guesses, stream_twin
 from autotune.finalists import FINAL_LAUNCHES, FINALISTS
 import autotune.records
 import autotune.study
@@ -129,6 +129,13 @@ def test_warm_start_enqueues_the_nearest_tuned_configs():
     assert replay.calls[:2] == [config_key("register", FAST), config_key("register", REG)]
 
 
+def test_the_nearest_tuned_tile_is_also_tried_streamed():
+    tile = kernels.family("vector").default
+    Cache().record(dict(device="simulator", dtype="float32", m=100, n=80, k=64, family="vector", params=tile, gflops=1.0))
+    configs = warm_start(Cache(), "simulator", "float32", (100, 80, 64), ["vector", "streamk"], DeviceLimits())
+    assert configs[:2] == [Config.of("vector", tile), stream_twin(Config.of("vector", tile))]
+
+
 def test_a_gpu_model_without_rows_warm_starts_from_its_architectures_records(monkeypatch):
     """An H100 with no records of its own is served the H200's; a cold H100 tune that started from
     its own rows only found configs slower than those (docs/performance.md, step 22)."""
@@ -151,7 +158,8 @@ def test_an_untuned_shape_warm_starts_from_the_measured_tables_best_candidates()
     shape = (1000, 1000, 1000)
     (table,) = [t for t in autotune.records.measured_tables() if t["device"] == "NVIDIA H200"]
     ranked = [Config.of(p.family, p.config) for p in neighbours.ranked(table, *shape, 132, count=MEASURED_GUESSES)]
-    configs = warm_start(Cache(), "NVIDIA H100 80GB HBM3", "float32", shape, ["vector", "splitk"], limits, 132, "9.0")
+    configs = warm_start(Cache(), "NVIDIA H100 80GB HBM3", "float32", shape, ["vector", "splitk", "streamk"], limits,
+                         132, "9.0")
     guesses = shape_guesses(*shape, "float32", limits, 132)
     assert len(ranked) == MEASURED_GUESSES and configs[:len(guesses)] == guesses
     assert [c for c in configs if c in ranked] == ranked
@@ -163,9 +171,9 @@ def test_an_untuned_shape_warm_starts_from_the_measured_tables_best_candidates()
 
 def test_a_cold_study_tries_the_families_defaults_best_guess_first():
     replay = Replay()
-    run(replay, trials=6, families=list(FAMILY_NAMES))  # float32: every family but dmma
-    assert replay.calls[:6] == [config_key(f, kernels.family(f).default)
-                                for f in ["tf32x3", "vector", "splitk", "register", "shared", "naive"]]
+    run(replay, trials=7, families=list(FAMILY_NAMES))  # float32: every family but dmma
+    assert replay.calls[:7] == [config_key(f, kernels.family(f).default)
+                                for f in ["tf32x3", "vector", "splitk", "register", "streamk", "shared", "naive"]]
 
 
 @pytest.mark.parametrize("sampler", ["climb", "random", "grid", "tpe"])
@@ -320,7 +328,7 @@ def test_every_family_module_is_in_the_registry_in_first_guess_order():
     families = [entry for entry in kernels.FAMILIES.values()]
     assert {entry.build.__module__.rsplit(".", 1)[1] for entry in families} <= modules
     assert [e.first_guess for e in families] == sorted(e.first_guess for e in families)
-    assert list(kernels.FAMILIES) == [e.name for e in families] == ["dmma", "tf32x3", "vector", "splitk", "register", "shared", "naive"]
+    assert list(kernels.FAMILIES) == [e.name for e in families] == ["dmma", "tf32x3", "vector", "splitk", "register", "streamk", "shared", "naive"]
 
 
 class Forking(Replay):
@@ -364,12 +372,12 @@ def test_a_skinny_shape_starts_from_the_shape_rule(monkeypatch):
 
 
 def test_a_tune_searches_the_families_that_take_its_dtype_on_its_gpu():
-    assert TuneRequest(4, 4, 4).families_on("9.0") == ["tf32x3", "vector", "splitk", "register", "shared", "naive"]
-    assert TuneRequest(4, 4, 4, dtype="float64").families_on("8.0") == ["dmma", "vector", "splitk", "register", "shared", "naive"]
-    assert TuneRequest(4, 4, 4, dtype="int32").families_on("9.0") == ["vector", "splitk", "register", "shared", "naive"]
+    assert TuneRequest(4, 4, 4).families_on("9.0") == ["tf32x3", "vector", "splitk", "register", "streamk", "shared", "naive"]
+    assert TuneRequest(4, 4, 4, dtype="float64").families_on("8.0") == ["dmma", "vector", "splitk", "register", "streamk", "shared", "naive"]
+    assert TuneRequest(4, 4, 4, dtype="int32").families_on("9.0") == ["vector", "splitk", "register", "streamk", "shared", "naive"]
     assert TuneRequest(4, 4, 4, dtype="float64", families=["vector"]).families_on("9.0") == ["vector"]
     for cc in ("7.0", "7.5"):  # no tensor cores that mma.sync drives; float32 split-K adds 16 bytes from sm_90 on
-        assert TuneRequest(4, 4, 4, dtype="float64").families_on(cc) == ["vector", "splitk", "register", "shared", "naive"]
+        assert TuneRequest(4, 4, 4, dtype="float64").families_on(cc) == ["vector", "splitk", "register", "streamk", "shared", "naive"]
         assert TuneRequest(4, 4, 4).families_on(cc) == ["vector", "register", "shared", "naive"]
     assert TuneRequest(4, 4, 4).families_on("8.6") == ["tf32x3", "vector", "register", "shared", "naive"]
     assert TuneRequest(4, 4, 4, dtype="float64").families_on("8.6")[0] == "dmma"
