@@ -184,7 +184,8 @@ def entry_plan(device: launch.Device, entry: store.Entry, m: int, n: int, k: int
     itemsize = np.dtype(dtype).itemsize
     words, slots = launch.pack_arguments(memory_shapes(m, n, k, layout), itemsize)
     zero = m * n * itemsize // 4 if entry.adds else 0
-    workers = entry.workers_per_sm * device.attribute("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT")
+    sms = device.attribute("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT") if entry.workers_per_sm else 0
+    workers = entry.workers_per_sm * sms
     grid = launch.grid_for(m, n, entry.tile, entry.splits, workers)
     return launch.Plan(loaded, device, grid, entry.block, words, slots, zero)
 

@@ -6,10 +6,9 @@ for each of many training shapes, the speed of every candidate, all timed throug
 one GPU. A candidate is a tile (of the shipped records, of the shape rule, or a skinny variant)
 and a policy: at a shape, the tile is fitted to it (autotune.space.fit_tile: a side longer than
 the product's shrinks) and K is split as the policy's wave arithmetic says there
-(autotune.space.SPLIT_POLICIES), which may be not at all, or all the tiles' k-steps are shared
-out among a fixed grid of blocks (kernels.streamk): STREAM_WORKERS per SM (policy "stream") or as
-many as fit on an SM together (policy "packed", autotune.space.packed_workers). For a shape asked, its NEIGHBOURS nearest training shapes (autotune.cache.shape_distance)
-vote: a candidate scores the mean, weighted by 1 / (1 + distance), of the log of its speed over
+(autotune.space.SPLIT_POLICIES), which may be not at all, or (policy "stream") all the tiles'
+k-steps are shared out among STREAM_WORKERS blocks per SM (kernels.streamk). For a shape asked,
+its NEIGHBOURS nearest training shapes (autotune.cache.shape_distance) vote: a candidate scores the mean, weighted by 1 / (1 + distance), of the log of its speed over
 the best speed at each neighbour, and the best score wins, fitted and split for the shape asked.
 Measured speeds transfer better than a tuned row's lone config or the cost model's prices
 (`leave_one_out` measures it on the table itself; docs/performance.md, steps 23 and 24).
@@ -22,15 +21,15 @@ import math
 from dataclasses import dataclass
 
 from autotune.cache import shape_distance
-from autotune.space import SPLIT_POLICIES, STREAM_WORKERS, DeviceLimits, fit_tile, packed_workers, policy_splits
+from autotune.space import SPLIT_POLICIES, STREAM_WORKERS, fit_tile, policy_splits
 from autotune.store import adds_into_c
 
 NEIGHBOURS = 8
 #: a candidate not measured at a neighbour (its tile was not tried there) counts as this share
 #: of that neighbour's best
 UNMEASURED = 0.3
-STREAM, PACKED = "stream", "packed"
-POLICIES = (*SPLIT_POLICIES, STREAM, PACKED)
+STREAM = "stream"
+POLICIES = (*SPLIT_POLICIES, STREAM)
 
 
 @dataclass(frozen=True)
@@ -45,15 +44,12 @@ def candidate_name(tile_index: int, policy: str) -> str:
     return f"{tile_index}:{policy}"
 
 
-def config_for(tile: dict, policy: str, m: int, n: int, k: int, sm_count: int, cc: str = "") -> tuple[str, dict]:
-    """The (family, params) of a candidate at (M, N, K) on a GPU of `sm_count` SMs and compute
-    capability `cc` (its shared memory): its tile fitted to the shape, K split as its policy asks
-    there, which may be not at all, or streamed."""
+def config_for(tile: dict, policy: str, m: int, n: int, k: int, sm_count: int) -> tuple[str, dict]:
+    """The (family, params) of a candidate at (M, N, K): its tile fitted to the shape, K split as
+    its policy asks there, which may be not at all, or streamed."""
     fitted = fit_tile(tile, m, n, k)
     if policy == STREAM:
         return "streamk", {**fitted, "workers_per_sm": STREAM_WORKERS}
-    if policy == PACKED:
-        return "streamk", {**fitted, "workers_per_sm": packed_workers(fitted, "float32", DeviceLimits.for_cc(cc))}
     splits = policy_splits(policy, m, n, k, fitted, sm_count)
     return ("splitk", {**fitted, "splits": splits}) if splits > 1 else ("vector", fitted)
 
@@ -80,7 +76,7 @@ def ranked(table: dict, m: int, n: int, k: int, sm_count: int, deterministic: bo
     scored = []
     for name in sorted({name for s in near for name in s["gflops"]}):
         index, policy = name.split(":")
-        family, params = config_for(table["tiles"][int(index)], policy, m, n, k, sm_count, table.get("cc", ""))
+        family, params = config_for(table["tiles"][int(index)], policy, m, n, k, sm_count)
         if (deterministic and adds_into_c(params)) or not feasible(family, params):
             continue
         score = sum(w * math.log(_speed(s, name) / max(s["gflops"].values())) for w, s in zip(weights, near))

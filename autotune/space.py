@@ -11,7 +11,6 @@ from dataclasses import dataclass, fields
 
 import kernels
 from kernels.base import Config, DeviceLimits, all_configs
-from kernels.tiles import estimated_registers, threads_per_block
 
 FAMILY_NAMES = tuple(kernels.FAMILIES)
 #: the family whose DEFAULT config `matmul` falls back to: small tiles that suit any shape and
@@ -49,7 +48,8 @@ def device_limits() -> GpuLimits:
 
 #: the oldest compute capability whose PTX has the instructions a config may use: `cp.async`
 #: (vector, splitk and streamk's async_copy), the 16-byte float32 atomic adds of the families that
-#: add into C (`red.global.add.v4.f32`, kernels.intrinsics.reduce_add), and each mma.sync shape by its kind (kernels.warp_mma)
+#: add into C (`red.global.add.v4.f32`, kernels.intrinsics.reduce_add), and each mma.sync shape by
+#: its kind (kernels.warp_mma)
 ASYNC_COPY_CC = (8, 0)
 VECTOR_ADD_CC = (9, 0)
 MMA_CC = {("f64", "m8n8k4"): (8, 0), ("f64", "m16n8k4"): (9, 0), ("f64", "m16n8k8"): (9, 0),
@@ -260,17 +260,6 @@ def wave_splits(m: int, n: int, k: int, tile: dict, sm_count: int, waves: int = 
 #: stream-K blocks per SM of the rule and of the measured table's "stream" candidates
 #: (kernels.streamk): two blocks of a tile share an SM where one would leave it latency-bound
 STREAM_WORKERS = 2
-
-
-def packed_workers(tile: dict, dtype: str, limits: DeviceLimits) -> int:
-    """The most stream-K blocks of `tile` (kernels.streamk's workers_per_sm) that fit on an SM
-    together by threads, estimated registers and shared memory (an SM holds about what one block
-    may opt in to), at least 1: a tile of few threads needs several to keep the SM busy."""
-    threads, shared = threads_per_block(tile), kernels.family("streamk").shared_bytes(tile, dtype)
-    registers = estimated_registers(tile, dtype) * threads
-    return max([w for w in kernels.family("streamk").space["workers_per_sm"]
-                if threads * w <= limits.max_threads_per_sm and registers * w <= limits.max_registers_per_block
-                and shared * w <= max(limits.max_dynamic_shared_per_block, limits.max_shared_per_block)], default=1)
 
 
 def stream_twin(config: Config) -> Config | None:

@@ -2,8 +2,8 @@
 
 An entry is one file, `<key>.cubin`: MAGIC, a 4-byte header length, a JSON header, the cubin.
 The header says all a launch needs (entry name, block, tile, splits or stream-K workers, shared
-bytes, argument layout), so loading an entry needs cuda.bindings and neither numba nor the kernel modules (both
-import numba, which costs more than the whole launch). The key hashes everything that changes
+bytes, argument layout), so loading an entry needs cuda.bindings and neither numba nor the kernel
+modules (both import numba, which costs more than the whole launch). The key hashes everything that changes
 the binary: family, config, operand layout (kernels.LAYOUTS), offset width, the arguments' form,
 dtype, target architecture, the kernel sources, and the numba-cuda, NVVM and nvJitLink versions
 (launch bounds follow from the config and the sources). Entries are written atomically (a
@@ -232,7 +232,8 @@ def build(family: str, config: dict, dtype: str, cc: tuple[int, int], root: Path
     resources = parse_report(log, cc)
     header = {
         "parts": parts, "entry": name, "block": list(kernel.block), "tile": list(kernel.tile),
-        "splits": kernel.splits, "workers_per_sm": kernel.workers_per_sm, "launch_bounds": list(kernel.launch_bounds), "dynamic_shared": kernel.dynamic_shared,
+        "splits": kernel.splits, "workers_per_sm": kernel.workers_per_sm, "launch_bounds": list(kernel.launch_bounds),
+        "dynamic_shared": kernel.dynamic_shared,
         "static_shared": resources.shared_bytes, "registers": resources.registers,
         "cubin_sha256": hashlib.sha256(cubin).hexdigest(),
     }

@@ -4,8 +4,8 @@
 #                                              the measured table's TILES best tiles (default 4) with 1-4 workers
 #                                              per SM, next to the record, lookup's pick and cuBLAS
 #                                              (studies/step30_streamk.py)
-#   bash studies/gpu_step30.sh OUT table I/N   part I of N of the measured table's stream-K candidates of policy
-#                                              POLICY (stream, the default, or packed; studies/step30_table.py)
+#   bash studies/gpu_step30.sh OUT table I/N   part I of N of the measured table's stream-K candidates
+#                                              (studies/step30_table.py)
 #   bash studies/gpu_step30.sh OUT tune SHAPE...   `mmtune tune --trials N` per shape (TRIALS, default 10)
 #   bash studies/gpu_step30.sh OUT retime      every shipped record re-timed on these kernels (`mmtune warm --retime`)
 #   bash studies/gpu_step30.sh OUT tests       the kernel tests and the call path's GPU tests (TESTS selects, as -k)
@@ -28,8 +28,8 @@ while [ $# -gt 0 ]; do
     table)
       slice=${1:?table needs I/N}; shift
       left=$(( ${DEADLINE:-570} - ($(date +%s) - start) ))
-      timeout "$left" python3 studies/step30_table.py --out "$out/table-${POLICY:-stream}-${slice/\//of}.json" --store /tmp/store-step30 \
-        --part "$slice" --policy "${POLICY:-stream}" --seconds $(( left - 20 )) 2>&1 | quiet | tee -a "$out/table-${POLICY:-stream}-${slice/\//of}.txt"
+      timeout "$left" python3 studies/step30_table.py --out "$out/table-${slice/\//of}.json" --store /tmp/store-step30 \
+        --part "$slice" --seconds $(( left - 20 )) 2>&1 | quiet | tee -a "$out/table-${slice/\//of}.txt"
       ;;
     tune) shapes "$@"; shift ${#taken[@]}; part_tune "${taken[@]}" ;;
     retime) part_retime ;;

@@ -1,12 +1,11 @@
 """Stream-K candidates for the shipped measured table: every tile of the table, streamed, timed at
 every training shape of the table.
 
-    python3 studies/step30_table.py --out part.json [--policy stream|packed] [--part 0/2] [--store DIR] [--seconds S]
+    python3 studies/step30_table.py --out part.json [--part 0/2] [--store DIR] [--seconds S]
 
-At each shape of autotune/data/measured/<this GPU>.json: each of the table's tiles with --policy
-(autotune.neighbours.config_for: fitted to the shape, on STREAM_WORKERS blocks per SM, or as many
-as fit, "packed"), candidates that come to the same config being one job, and a packed candidate
-that comes to its tile's streamed config not measured again; and, as an anchor, the table's best
+At each shape of autotune/data/measured/<this GPU>.json: each of the table's tiles with the
+"stream" policy (autotune.neighbours.config_for: fitted to the shape, STREAM_WORKERS blocks per
+SM), candidates that come to the same config being one job; and, as an anchor, the table's best
 candidate there, timed again, whose speed now over its speed in the table says how far this run's
 timings sit from the table's. Built and timed as studies/step23_table.py does (driver plans on
 PyTorch tensors, CUDA graphs, torch.matmul alongside). --part i/n times every n-th shape from the
@@ -15,8 +14,7 @@ i-th, so that the work can span device calls sharing one --store. Writes the JSO
     python3 studies/step30_table.py --ship autotune/data/measured/nvidia-h200.json PART.json[.xz]...
 
 adds the parts' stream-K speeds to that table, scaled by each shape's anchor (so that they compare
-with the speeds measured before), a packed candidate's that came to its streamed config copied
-from that, and prints its leave-one-out accuracy before and after.
+with the speeds measured before), and prints its leave-one-out accuracy before and after.
 """
 
 from __future__ import annotations
@@ -31,38 +29,32 @@ from pathlib import Path
 
 from step23_table import build_all, timed_shapes  # studies/, the script's folder
 
-from autotune.neighbours import PACKED, STREAM, candidate_name, config_for, dumps, leave_one_out
+from autotune.neighbours import STREAM, candidate_name, config_for, dumps, leave_one_out
 from autotune.space import infeasibility
 from kernels.base import Config, DeviceLimits
 
-SM_COUNT, CC = 132, "9.0"
+SM_COUNT = 132
 TABLE = Path(__file__).resolve().parent.parent / "autotune" / "data" / "measured" / "nvidia-h200.json"
 
 
-def shape_jobs(table: dict, shape: dict, policy: str) -> list[dict]:
-    limits = DeviceLimits.for_cc(CC)
+def shape_jobs(table: dict, shape: dict) -> list[dict]:
+    limits = DeviceLimits.for_cc("9.0")
     m, n, k = shape["m"], shape["n"], shape["k"]
     found: dict[str, dict] = {}
     for index, tile in enumerate(table["tiles"]):
-        family, params = config_for(tile, policy, m, n, k, SM_COUNT, CC)
-        if infeasibility(family, params, "float32", limits) is not None or same_as_streamed(tile, policy, m, n, k):
+        family, params = config_for(tile, STREAM, m, n, k, SM_COUNT)
+        if infeasibility(family, params, "float32", limits) is not None:
             continue
         key = Config.of(family, params).key
         found.setdefault(key, {"family": family, "params": params, "dtype": "float32", "shape": [m, n, k],
                                "candidates": []})
-        found[key]["candidates"].append(candidate_name(index, policy))
+        found[key]["candidates"].append(candidate_name(index, STREAM))
     best = max(shape["gflops"], key=shape["gflops"].get)
     tile, policy = best.split(":")
     family, params = config_for(table["tiles"][int(tile)], policy, m, n, k, SM_COUNT)
     found.setdefault(Config.of(family, params).key, {"family": family, "params": params, "dtype": "float32",
                                                      "shape": [m, n, k], "candidates": []})["anchor"] = best
     return list(found.values())
-
-
-def same_as_streamed(tile: dict, policy: str, m: int, n: int, k: int) -> bool:
-    """Whether a packed candidate comes to its tile's streamed config at (M, N, K)."""
-    return policy == PACKED and config_for(tile, PACKED, m, n, k, SM_COUNT, CC) == config_for(tile, STREAM, m, n, k,
-                                                                                             SM_COUNT, CC)
 
 
 def loo(table: dict) -> str:
@@ -80,9 +72,8 @@ def ship(out: str, parts: list[str]) -> None:
     print(f"before: {loo(table)}")
     measured = {}
     for path in parts:
-        part = json.loads((lzma.open(path, "rt") if path.endswith(".xz") else open(path)).read())
-        table["stream_kernels"] = part["kernels"]  # the kernel code the streamed candidates ran
-        for entry in part["shapes"]:
+        text = (lzma.open(path, "rt") if path.endswith(".xz") else open(path)).read()
+        for entry in json.loads(text)["shapes"]:
             measured[tuple(entry["shape"])] = entry["jobs"]
     scales = []
     for shape in table["shapes"]:
@@ -95,10 +86,8 @@ def ship(out: str, parts: list[str]) -> None:
         for job in jobs:
             for name in job["candidates"] if job.get("gflops") else ():
                 shape["gflops"][name] = round(job["gflops"] * scale, 1)
-        for index, tile in enumerate(table["tiles"]):
-            streamed = shape["gflops"].get(candidate_name(index, STREAM))
-            if streamed and same_as_streamed(tile, PACKED, shape["m"], shape["n"], shape["k"]):
-                shape["gflops"][candidate_name(index, PACKED)] = streamed
+    table["stream_kernels"] = json.loads(Path(parts[0]).read_text() if not parts[0].endswith(".xz")
+                                         else lzma.open(parts[0], "rt").read())["kernels"]
     Path(out).write_text(dumps(table))
     scales.sort()
     print(f"{len(scales)} shapes; table / anchor now: median {scales[len(scales) // 2]:.3f}, "
@@ -110,7 +99,6 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--ship", nargs="+", metavar=("TABLE", "PART"), help="add the parts' speeds to TABLE")
     parser.add_argument("--out")
-    parser.add_argument("--policy", choices=[STREAM, PACKED], default=STREAM)
     parser.add_argument("--part", default="0/1")
     parser.add_argument("--store")
     parser.add_argument("--jobs", type=int, default=16)
@@ -122,7 +110,7 @@ def main() -> None:
     table = json.loads(TABLE.read_text())
     part, parts = map(int, args.part.split("/"))
     shapes = table["shapes"][part::parts]
-    jobs = [job for shape in shapes for job in shape_jobs(table, shape, args.policy)]
+    jobs = [job for shape in shapes for job in shape_jobs(table, shape)]
     root = Path(args.store or tempfile.mkdtemp(prefix="mmtune-stream-table-"))
     failed = build_all(jobs, root, args.jobs)
 

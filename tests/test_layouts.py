@@ -91,7 +91,7 @@ def test_memory_shapes_are_the_stored_arrays():
 def test_a_plan_packs_the_memory_shapes_and_builds_for_the_layout_and_offsets(monkeypatch):
     asked = []
     entry = types.SimpleNamespace(key="k", cubin=b"", name="f", dynamic_shared=64 * 1024, tile=(64, 16), splits=1,
-                                  block=(128,))
+                                  workers_per_sm=0, adds=False, block=(128,))
 
     def find_entry(gpu, m, n, k, dtype, layout, deterministic=False):
         asked.append((m, n, k, dtype, layout))
@@ -110,7 +110,11 @@ def test_a_plan_packs_the_memory_shapes_and_builds_for_the_layout_and_offsets(mo
     words, slots = launch.pack_arguments([(16, 5_000_000), (16, 16), (5_000_000, 16)], 4)
     assert (plan.words, plan.slots) == (words, slots)
     assert plan.words[5:9] == [16, 5_000_000, 20_000_000, 4]  # A as stored: 16 rows of 5,000,000
-    assert plan.grid == (78125, 1, 1) and plan.shared == 64 * 1024
+    assert plan.grid == (78125, 1, 1) and plan.shared == 64 * 1024 and plan.zero_words == 0
+    streamed = types.SimpleNamespace(**{**vars(entry), "workers_per_sm": 2, "adds": True})
+    device.attribute = {"CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT": 132}.get
+    plan = calls.entry_plan(device, streamed, 5_000_000, 16, 16, "float32", "TN")
+    assert plan.grid == (264, 1, 1) and plan.zero_words == 5_000_000 * 16  # stream-K: 2 blocks per SM, C zeroed
 
 
 def test_find_entry_remembers_and_builds_per_layout_offset_width_and_alignment(monkeypatch, tmp_path):
