@@ -79,7 +79,8 @@ def matmul(A, B, out=None, stream=None, deterministic=False):
     device arrays (PyTorch, CuPy, Numba, or anything with __cuda_array_interface__ or
     __dlpack__), used in place and launched on the caller's current stream or on `stream`.
     Returns the same kind as A; `out`, if given, receives C and is returned. With
-    `deterministic`, a kernel that does not split K: the same operands give the same bits."""
+    `deterministic`, a kernel that does not add into C (split-K, stream-K): the same operands give
+    the same bits."""
     found_a, found_b = _readers.get(type(A)), _readers.get(type(B))
     if found_a is None or found_b is None:
         return _first_sight(A, B, out, stream, deterministic)
@@ -219,7 +220,7 @@ def find_entry(gpu: backends.Device, m: int, n: int, k: int, dtype: str, layout:
     """(family, config, store entry) for a shape and layout on a GPU: from the store when it
     remembers them (numba stays unloaded), else from `lookup` for that GPU and, if missing,
     compiled into the store for that layout and the offset width the shape needs. The store
-    remembers what a plain lookup chose; a deterministic call takes it only if it does not split K."""
+    remembers what a plain lookup chose; a deterministic call takes it only if it does not add into C."""
     found = store.recall(gpu.name, dtype, (m, n, k), layout=layout)
     if found is None or (deterministic and store.adds_into_c(found[1])):
         from autotune.runtime import lookup

@@ -171,7 +171,7 @@ def lookup(
     k: int = typer.Option(..., "--k", help="Columns of A, rows of B."),
     dtype: str = typer.Option("float32", help=DTYPE_HELP),
     layout: str = typer.Option("NN", help=LAYOUT_HELP),
-    deterministic: bool = typer.Option(False, "--deterministic", help="Only configs that do not split K (same bits on every run)."),
+    deterministic: bool = typer.Option(False, "--deterministic", help="Only configs that do not add into C: no split-K or stream-K (same bits on every run)."),
     simulate: bool = typer.Option(False, help="Look up for the simulator's rows."),
 ):
     """Say which config matmul would use for a shape, and where it came from."""

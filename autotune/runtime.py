@@ -102,7 +102,7 @@ def lookup(m: int, n: int, k: int, dtype: str = "float32", device: Device | None
            deterministic: bool = False) -> Choice:
     """The config `matmul` uses for an (M x K) @ (K x N) product of `dtype` on `device` (default:
     the current GPU) with operands in `layout` (kernels.LAYOUTS), and where it came from; with
-    `deterministic`, one that does not split K."""
+    `deterministic`, one that does not add into C (split-K, stream-K)."""
     device = device or _this_gpu()
     key = (m, n, k, dtype, device, layout, deterministic)
     choice = _choices.get(key)
@@ -245,7 +245,7 @@ def matmul(A, B, out=None, stream=None, deterministic=False):
     each C-contiguous or the transpose of a C-contiguous array), used in place, launched on
     `stream` (a raw handle or a Numba stream; default: the default stream). Returns the same kind
     as A; `out`, if given, receives C and is returned. With `deterministic`, a kernel that does not
-    split K."""
+    add into C (split-K, stream-K)."""
     if isinstance(A, np.ndarray) or isinstance(B, np.ndarray):
         if not (isinstance(A, np.ndarray) and isinstance(B, np.ndarray)):
             raise OperandError("A and B must both be NumPy arrays or both be device arrays")

@@ -108,7 +108,7 @@ def families_for(dtype: str, cc: str | None = None) -> list[str]:
 def runs_on(family: str, dtype: str, cc: str | None) -> bool:
     """Whether GPUs of compute capability `cc` have the instructions of some config of `family`
     in `dtype`: a tensor-core family needs the oldest architecture of its instructions (MMA_CC),
-    float32 split-K the 16-byte atomic adds."""
+    float32 split-K and stream-K the 16-byte atomic adds."""
     kind = MMA_KINDS.get(family)
     if kind:
         needs = min(arch for (of, _), arch in MMA_CC.items() if of == kind)
@@ -257,8 +257,9 @@ def wave_splits(m: int, n: int, k: int, tile: dict, sm_count: int, waves: int = 
     return splits
 
 
-#: stream-K blocks per SM of the rule and of the measured table's "stream" candidates
-#: (kernels.streamk): two blocks of a tile share an SM where one would leave it latency-bound
+#: stream-K blocks per SM of a tuned tile's twin (stream_twin) and of the measured table's "stream"
+#: candidates (kernels.streamk): two blocks of a tile share an SM where one would leave it
+#: latency-bound
 STREAM_WORKERS = 2
 
 
