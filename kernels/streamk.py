@@ -22,9 +22,14 @@ shared_bytes = vector.shared_bytes
 
 
 def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
-    """vector's restriction, with room on an SM for `workers_per_sm` blocks at once: a worker
-    that waits for a free SM leaves its share to the end, a wave of its own."""
-    return vector.restrict({**config, "min_blocks": max(config["min_blocks"], config["workers_per_sm"])}, dtype, limits)
+    """vector's restriction, with room on an SM for `workers_per_sm` blocks at once (threads,
+    registers, and shared memory, of which an SM holds about what one block may opt in to): a
+    worker that waits for a free SM leaves its share to the end, a wave of its own."""
+    workers = config["workers_per_sm"]
+    shared, room = shared_bytes(config, dtype), max(limits.max_shared_per_block, limits.max_dynamic_shared_per_block)
+    if workers > 1 and workers * shared > room:
+        return f"{workers} blocks of {shared} bytes of shared memory > the {room} an SM holds"
+    return vector.restrict({**config, "min_blocks": max(config["min_blocks"], workers)}, dtype, limits)
 
 
 def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Kernel:

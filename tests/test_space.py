@@ -271,6 +271,11 @@ def test_stream_k_workers_must_fit_on_an_sm_together():
     assert infeasibility("streamk", small, "float32", DeviceLimits()) is None
     big = {**default_config("streamk"), "workers_per_sm": 4}  # 256 threads of ~200 registers each
     assert "4 blocks" in infeasibility("streamk", big, "float32", DeviceLimits())
+    deep = {**default_config("streamk"), "bk": 32, "tm": 8, "tn": 8, "async_copy": True, "stages": 4}  # 135 KB
+    hopper = DeviceLimits.for_cc("9.0")
+    assert infeasibility("streamk", {**deep, "workers_per_sm": 1}, "float32", hopper) is None
+    assert "shared memory > the 232448 an SM holds" in infeasibility("streamk", {**deep, "workers_per_sm": 2},
+                                                                    "float32", hopper)
 
 
 def test_a_tile_families_config_has_a_stream_k_twin():
