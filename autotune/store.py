@@ -157,7 +157,7 @@ class Entry:
     @property
     def adds(self) -> bool:
         """Whether the kernel adds into C, which must be zeroed first (kernels.base.Kernel.adds)."""
-        return self.splits > 1 or self.workers_per_sm > 0
+        return adds_into_c(self.header)
 
     @property
     def dynamic_shared(self) -> int:
