@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from numba import cuda
 
 from .base import DeviceLimits, itemsize, registers_per_value
-from .intrinsics import async_copy, rows_aligned, scalar_access, store, vector_load, vector_store, vector_width
+from .intrinsics import (
+    anywhere, async_copy, rows_aligned, scalar_access, store, vector_load, vector_store, vector_width,
+)
 
 MAX_ELEMENTS_PER_THREAD = 128
 #: registers a thread needs besides its tiles (indices, pointers, loop counters), from ptxas reports
@@ -105,7 +107,7 @@ def parts(bm: int, bn: int, bk: int, layout: str) -> tuple[Part, Part]:
 
 
 def tile_movers(bm: int, bn: int, bk: int, threads: int, elem_t, width: int = 1, checked: bool = True,
-                layout: str = "NN", offset_bits: int = 32, narrow: str = ""):
+                layout: str = "NN", offset_bits: int = 32, split: str = ""):
     """Device functions fetch(A, B, k0, row0, col0, tid, a_next, b_next) and
     stash(sA, sB, tid, a_next, b_next) for one tile geometry and layout. With `width` > 1 a thread
     moves `width` adjacent elements of a memory row at a time, one 16-byte global load each where
@@ -113,14 +115,14 @@ def tile_movers(bm: int, bn: int, bk: int, threads: int, elem_t, width: int = 1,
     and one 16-byte shared store where the part is stored as it is. With checked=False the caller
     guarantees that both tiles lie inside their matrices and, for width > 1, that both matrices'
     rows are aligned: the fetch tests nothing (its tests and both paths cost ~10% of a k-loop's
-    instructions). The operands named in `narrow` ("A", "B") move one element at a time whatever
-    `width`, adjacent threads taking adjacent elements: what unchecked tiles of unaligned rows need."""
+    instructions). The operands named in `split` ("A", "B"), whose rows need not be aligned, read
+    each group of `width` as that many scalar loads from one address (`vector_load`'s
+    aligned=False) and are stored as the others are."""
     part_a, part_b = parts(bm, bn, bk, layout)
-    width_a, width_b = (1 if name in narrow else width for name in "AB")
-    fetch_a = _part_fetcher(part_a.rows, part_a.cols, threads, elem_t, width_a, checked, offset_bits)
-    fetch_b = _part_fetcher(part_b.rows, part_b.cols, threads, elem_t, width_b, checked, offset_bits)
-    stash_a = _part_stasher(part_a.rows, part_a.cols, threads, width_a, part_a.transposed)
-    stash_b = _part_stasher(part_b.rows, part_b.cols, threads, width_b, part_b.transposed)
+    fetch_a = _part_fetcher(part_a.rows, part_a.cols, threads, elem_t, width, checked, offset_bits, "A" in split)
+    fetch_b = _part_fetcher(part_b.rows, part_b.cols, threads, elem_t, width, checked, offset_bits, "B" in split)
+    stash_a = _part_stasher(part_a.rows, part_a.cols, threads, width, part_a.transposed)
+    stash_b = _part_stasher(part_b.rows, part_b.cols, threads, width, part_b.transposed)
     A_K_FIRST, B_K_FIRST = part_a.k_first, part_b.k_first
 
     @cuda.jit(device=True)
@@ -241,19 +243,21 @@ def _part_copier(rows: int, cols: int, threads: int, width: int, transposed: boo
     return copy_part
 
 
-def _part_fetcher(rows: int, cols: int, threads: int, elem_t, width: int, checked: bool = True, offset_bits: int = 32):
+def _part_fetcher(rows: int, cols: int, threads: int, elem_t, width: int, checked: bool = True, offset_bits: int = 32,
+                  split: bool = False):
     """A device function reading this thread's share of the rows x cols tile of a matrix at
     (row0, col0) into `out`: group tid + i * threads of the tile (row-major, `width` adjacent
     elements a group) into out[i * width:(i + 1) * width]. A tile wholly inside the matrix (every
     tile but the last row, column or k-step of the grid) is read without bounds checks, with
     16-byte loads when `width` > 1 and the matrix's rows are aligned; offsets are computed in
     `offset_bits` bits (kernels.intrinsics). With checked=False the caller guarantees both, as in
-    `tile_copier`."""
+    `tile_copier`. `split`: groups inside the matrix are read whatever the alignment of its rows,
+    one scalar load per element from one address."""
     GROUPS, ROW_GROUPS, LOADS, EVEN = _share(rows, cols, threads, width)
     COLS, ROWS, THREADS, WIDTH, CHECKED = cols, rows, threads, width, checked
-    wide_load = vector_load(width, bits=offset_bits)
+    wide_load = vector_load(width, bits=offset_bits, aligned=not split)
     load = scalar_access(offset_bits)[0]
-    aligned = rows_aligned(width)
+    aligned = anywhere if split else rows_aligned(width)
 
     @cuda.jit(device=True)
     def fetch_part(X, row0, col0, tid, out):

@@ -16,8 +16,9 @@ k instead of TM + TN. Groups are TY*VEC rows apart, so a warp's loads are adjace
   wide_fetch   global reads of VEC adjacent elements as one 16-byte load (and B's shared writes as
                one 16-byte store) wherever a tile lies inside 16-byte-aligned rows; scalar loads
                at the edges and for unaligned operands (kernels.tiles). A build told which
-               operands have unaligned rows (`unaligned`) moves their tiles inside the matrices
-               one element per thread, adjacent threads reading adjacent elements, untested
+               operands have unaligned rows (`unaligned`) fetches their groups inside the
+               matrices as VEC scalar loads from one address, untested, and copies them
+               asynchronously one element per thread, adjacent threads taking adjacent ones
   async_copy   tiles copied from global to shared memory by `cp.async` (kernels.tiles.tile_copier)
                STAGES - 1 tiles ahead of the one being multiplied, instead of through registers
                one tile ahead: no registers held for the next tile, and with 3 or 4 stages more
@@ -105,18 +106,18 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layo
     ALIGN = SHARED_ALIGNMENT
     elem_t = numba_type(dtype)
     load = vector_load(VEC)
-    movers = dict(layout=layout, offset_bits=offset_bits)
-    fetch, stash = tile_movers(BM, BN, BK, THREADS, elem_t, FETCH_WIDTH, **movers)
-    tile_copier_checked = tile_copier(BM, BN, BK, THREADS, FETCH_WIDTH, **movers)
-    commit, wait_for_oldest = async_commit(), async_wait(STAGES - 2)
-    origin, origin_at, dims = tile_origin(BM, BN), tile_origin_at(BM, BN), product_shape(layout)
     # A part read wide must have aligned rows: every part through registers, only the parts
     # stored as they are (A passed transposed, B not) through asynchronous copies
     A_WIDE = FETCH_WIDTH > 1 and (not ASYNC or layout[0] == "T")
     B_WIDE = FETCH_WIDTH > 1 and (not ASYNC or layout[1] == "N")
-    # the parts moved wide that the build is told have unaligned rows: untested, one element at a time
-    NARROW = "".join(name for name, wide in (("A", A_WIDE), ("B", B_WIDE)) if wide and name in unaligned)
-    A_ALIGNMENT_TESTED, B_ALIGNMENT_TESTED = A_WIDE and "A" not in NARROW, B_WIDE and "B" not in NARROW
+    # the parts moved wide that the build is told have unaligned rows, untested
+    UNALIGNED = "".join(name for name, wide in (("A", A_WIDE), ("B", B_WIDE)) if wide and name in unaligned)
+    A_ALIGNMENT_TESTED, B_ALIGNMENT_TESTED = A_WIDE and "A" not in UNALIGNED, B_WIDE and "B" not in UNALIGNED
+    movers = dict(layout=layout, offset_bits=offset_bits)
+    fetch, stash = tile_movers(BM, BN, BK, THREADS, elem_t, FETCH_WIDTH, split=UNALIGNED, **movers)
+    tile_copier_checked = tile_copier(BM, BN, BK, THREADS, FETCH_WIDTH, **movers)
+    commit, wait_for_oldest = async_commit(), async_wait(STAGES - 2)
+    origin, origin_at, dims = tile_origin(BM, BN), tile_origin_at(BM, BN), product_shape(layout)
     SHARED_BYTES = shared_bytes(config, dtype)
     DYNAMIC = SHARED_BYTES > DEFAULT_DYNAMIC_SHARED
     if DYNAMIC:
@@ -182,7 +183,7 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layo
 
     checked_fetches = fetched_steps(fetch, stash, True)
     unchecked_fetches = fetched_steps(
-        *tile_movers(BM, BN, BK, THREADS, elem_t, FETCH_WIDTH, checked=False, narrow=NARROW, **movers), False
+        *tile_movers(BM, BN, BK, THREADS, elem_t, FETCH_WIDTH, checked=False, split=UNALIGNED, **movers), False
     )
     aligned = rows_aligned(VEC)
 
@@ -234,7 +235,7 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layo
         return steps
 
     checked_steps = copied_steps(tile_copier_checked)
-    unchecked_steps = copied_steps(tile_copier(BM, BN, BK, THREADS, FETCH_WIDTH, checked=False, narrow=NARROW,
+    unchecked_steps = copied_steps(tile_copier(BM, BN, BK, THREADS, FETCH_WIDTH, checked=False, narrow=UNALIGNED,
                                                **movers))
 
     @cuda.jit(device=True)
@@ -359,7 +360,7 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layo
 
     return Kernel(family, dict(config), dtype, vector_matmul, block=(THREADS,), tile=(BM, BN), splits=SPLITS,
                   workers_per_sm=workers_per_sm,
-                  min_blocks=max(config["min_blocks"], workers_per_sm), layout=layout, offset_bits=offset_bits, unaligned=NARROW,
+                  min_blocks=max(config["min_blocks"], workers_per_sm), layout=layout, offset_bits=offset_bits, unaligned=UNALIGNED,
                   dynamic_shared=SHARED_BYTES if DYNAMIC else 0)
 
 

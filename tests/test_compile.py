@@ -88,6 +88,7 @@ def test_accepted_configs_compile_for_sm90(family, dtype):
 
 PIPELINE_CHILD = """
 import json
+import re
 import kernels
 from kernels.resources import ptx
 base = dict(bm=64, bn=64, bk=16, tm=8, tn=4, pad=4, stages=2, fragments=1, wide_fetch=False, async_copy=False)
@@ -104,7 +105,8 @@ for name, (variant, rows) in {**{v: (v, "") for v in variants}, **unaligned}.ite
                      min_blocks=".minnctapersm 2" in text,
                      wide_global_loads=text.count("ld.global.v4"), wide_shared_stores=text.count("st.shared.v4"),
                      global_loads=text.count("ld.global"), wide_copies=text.count("cp.async.cg.shared.global [%r"),
-                     element_copies=text.count("cp.async.ca.shared.global [%r"), waits=text.count("cp.async.wait_group 1;"))
+                     element_copies=text.count("cp.async.ca.shared.global [%r"), waits=text.count("cp.async.wait_group 1;"),
+                     split_loads=len(re.findall(r"ld\\.global\\.f32\\s+%f\\d+, \\[%rd\\d+\\+12\\]", text)))
 print(json.dumps(out))
 """
 
@@ -120,9 +122,12 @@ def test_pipeline_parameters_reach_the_compiled_code():
     in two loops: one without bounds tests, then one with them (where both paths, inside and at
     the edges, are written out for A and for B's unaligned fallback of 8 elements), each loop
     with its own written-out tile and waiting for all but the newest of 3 - 1 tiles. Built for
-    unaligned rows, the loop without tests moves those operands one element at a time (8 of A's
-    and B's each per thread) and keeps 16-byte moves for the others; an operand the pipeline never
-    moves 16 bytes at a time (A copied asynchronously) changes nothing."""
+    unaligned rows, operands fetched through registers read each group of 4 inside the matrix as
+    4 scalar loads at immediate offsets from one address, in all three places, and B keeps its
+    16-byte shared stores; copied asynchronously, the loop without tests copies those operands
+    one element at a time (8 of B's per thread) and keeps 16-byte copies for the others; an
+    operand the pipeline never moves 16 bytes at a time (A copied asynchronously) changes
+    nothing."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     done = subprocess.run([sys.executable, "-c", PIPELINE_CHILD], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -138,10 +143,12 @@ def test_pipeline_parameters_reach_the_compiled_code():
     assert copies["vector_loads"] == 2 * 16 * per_step
     checked = 2 * 8 + 2 * 8  # A inside and at the edges; B's fallback inside and at the edges
     assert (copies["wide_copies"], copies["element_copies"]) == (3 * 2, 2 * checked + 8)
-    narrow = out["wide-AB"]
-    assert (narrow["built"], narrow["vector_loads"]) == ("AB", out["wide"]["vector_loads"])
-    assert (narrow["wide_global_loads"], narrow["wide_shared_stores"]) == (2 * (2 + 2), 2 * 2)
-    assert narrow["global_loads"] == out["wide"]["global_loads"] - (2 + 2) + (8 + 8)
+    edges = 2 * (8 + 8)  # A's and B's elements at the edges, in the two checked places
+    assert out["wide"]["global_loads"] == 3 * (2 + 2) + 2 * edges  # and the unaligned fallback inside
+    split = out["wide-AB"]
+    assert (split["built"], split["vector_loads"]) == ("AB", out["wide"]["vector_loads"])
+    assert (split["wide_global_loads"], split["wide_shared_stores"]) == (0, 3 * 2)
+    assert (split["global_loads"], split["split_loads"]) == (3 * (8 + 8) + edges, 3 * (2 + 2))
     narrow = out["async-B"]
     assert (narrow["built"], narrow["wide_copies"], narrow["element_copies"]) == ("B", 2 * 2, 2 * checked + 8 + 8)
     assert {**out["async-A"], "built": None} == {**copies, "built": None} and out["async-A"]["built"] == ""

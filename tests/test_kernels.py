@@ -229,8 +229,9 @@ def test_wide_fetches_fall_back_to_scalar_loads_on_unaligned_operands(family, co
 
 @pytest.mark.parametrize("family,config", WIDE_CASES)
 @pytest.mark.parametrize("layout", ["NN", "TT"])
-def test_rows_of_odd_length_move_untested_one_element_at_a_time_inside_c(family, config, layout, rng):
-    """N and K odd: blocks inside C take the loop without bounds tests on the build for the shape."""
+def test_rows_of_odd_length_move_untested_inside_c(family, config, layout, rng):
+    """N and K odd: blocks inside C take the loop without bounds tests on the build for the shape,
+    fetching groups as scalar loads from one address, or copying them one element at a time."""
     m, n, k = (ON_GPU and (1001, 1023, 999)) or (37, 67, 45)
     kernel = kernels.build_for(family, config, "float32", (m, n, k), layout)
     assert kernels.unaligned_for(m, n, k, layout, "float32") == "AB" and kernel.unaligned  # those it moves wide
