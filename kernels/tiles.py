@@ -178,8 +178,10 @@ def tile_copier(bm: int, bn: int, bk: int, threads: int, width: int = 1, checked
     checked=False the caller guarantees that both tiles lie inside their matrices and, for width >
     1, that the rows of the parts copied wide are aligned: no tests at all, which matters because
     ptxas predicates rather than branches around the few instructions of a copy, so the edge path
-    would cost its instructions on every tile. The caller commits and waits. `narrow` as in
-    `tile_movers`."""
+    would cost its instructions on every tile. The caller commits and waits. The parts named in
+    `narrow` ("A", "B") are copied one element at a time whatever `width`, adjacent threads taking
+    adjacent elements: what unchecked tiles of unaligned rows need (4-byte copies grouped as
+    `tile_movers` groups its loads ran slower, docs/performance.md step 31)."""
     part_a, part_b = parts(bm, bn, bk, layout)
     width_a, width_b = (1 if transposed or name in narrow else width
                         for name, transposed in (("A", part_a.transposed), ("B", part_b.transposed)))

@@ -2,6 +2,8 @@
 # Step 31 on a GPU device (the `device` tool), from the repository root:
 #   bash studies/gpu_step31.sh OUT pitch SHAPE...  odd shapes next to their aligned twins and the padding copies
 #                                              (studies/step31_pitch.py)
+#   bash studies/gpu_step31.sh OUT table I/N   part I of N of the measured table's changed candidates at its
+#                                              unaligned shapes (studies/step31_table.py)
 #   bash studies/gpu_step31.sh OUT tune SHAPE...   `mmtune tune --trials N` per shape (TRIALS, default 10)
 #   bash studies/gpu_step31.sh OUT retime      every shipped record re-timed on these kernels (`mmtune warm --retime`)
 #   bash studies/gpu_step31.sh OUT tests       the kernel tests and the call path's GPU tests (TESTS selects, as -k)
@@ -9,7 +11,7 @@
 # The shared parts are studies/gpu_parts.sh's; results are packed into OUT/step31.tgz.
 set -uo pipefail
 source "$(dirname "$0")/gpu_parts.sh"
-gpu_start step31 "${1:?usage: gpu_step31.sh OUT pitch SHAPE... | tune SHAPE... | retime | tests | SUITE...}"
+gpu_start step31 "${1:?usage: gpu_step31.sh OUT pitch SHAPE... | table I/N | tune SHAPE... | retime | tests | SUITE...}"
 shift
 shapes() { taken=(); while [ $# -gt 0 ] && [[ "$1" == *x*x* ]]; do taken+=("$1"); shift; done; }
 while [ $# -gt 0 ]; do
@@ -20,6 +22,12 @@ while [ $# -gt 0 ]; do
       left=$(( ${DEADLINE:-570} - ($(date +%s) - start) ))
       timeout "$left" python3 studies/step31_pitch.py --out "$out/pitch.json" --store /tmp/store-step31 \
         --shapes "${taken[@]}" --seconds $(( left - 40 )) 2>&1 | quiet | tee -a "$out/pitch.txt"
+      ;;
+    table)
+      slice=${1:?table needs I/N}; shift
+      left=$(( ${DEADLINE:-570} - ($(date +%s) - start) ))
+      timeout "$left" python3 studies/step31_table.py --out "$out/table-${slice/\//of}.json" --store /tmp/store-step31 \
+        --part "$slice" --seconds $(( left - 20 )) 2>&1 | quiet | tee -a "$out/table-${slice/\//of}.txt"
       ;;
     tune) shapes "$@"; shift ${#taken[@]}; part_tune "${taken[@]}" ;;
     retime) part_retime ;;

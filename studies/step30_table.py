@@ -67,7 +67,9 @@ def loo(table: dict) -> str:
             f"{mean['vs_cublas']:.3f}x cuBLAS, {low} of {len(rows)} shapes below 0.75x")
 
 
-def ship(out: str, parts: list[str]) -> None:
+def ship(out: str, parts: list[str], field: str = "stream_kernels") -> None:
+    """Replace the table's speeds of the parts' candidates, each shape's scaled by its anchor;
+    the parts' kernel hashes go into `field`."""
     table = json.loads(Path(out).read_text())
     print(f"before: {loo(table)}")
     measured = {}
@@ -86,7 +88,7 @@ def ship(out: str, parts: list[str]) -> None:
         for job in jobs:
             for name in job["candidates"] if job.get("gflops") else ():
                 shape["gflops"][name] = round(job["gflops"] * scale, 1)
-    table["stream_kernels"] = json.loads(Path(parts[0]).read_text() if not parts[0].endswith(".xz")
+    table[field] = json.loads(Path(parts[0]).read_text() if not parts[0].endswith(".xz")
                                          else lzma.open(parts[0], "rt").read())["kernels"]
     Path(out).write_text(dumps(table))
     scales.sort()

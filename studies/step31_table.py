@@ -1,0 +1,103 @@
+"""The measured table's candidates that step 31 changed, timed again at the table's training
+shapes with unaligned rows.
+
+    python3 studies/step31_table.py --out part.json [--part 0/2] [--store DIR] [--seconds S]
+
+Step 31 changed how a build for unaligned rows fetches through registers (kernels.tiles: groups
+of scalar loads from one address); asynchronous copies did not change. At each shape of
+autotune/data/measured/<this GPU>.json whose N or K is not a multiple of 4, every candidate whose
+tile fetches 16 bytes at a time through registers (wide_fetch without async_copy) is timed again,
+candidates that come to the same config being one job; and, as an anchor, the best of the
+shape's other candidates, whose code did not change, so that its speed now over its speed in the
+table says how far this run's timings sit from the table's. Built and timed as
+studies/step23_table.py does. --part i/n times every n-th shape from the i-th.
+
+    python3 studies/step31_table.py --ship autotune/data/measured/nvidia-h200.json PART.json[.xz]...
+
+replaces those candidates' speeds in the table, scaled by each shape's anchor
+(studies/step30_table.py's `ship`), and prints its leave-one-out accuracy before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import tempfile
+import time
+from pathlib import Path
+
+from step23_table import build_all, timed_shapes  # studies/, the script's folder
+from step30_table import SM_COUNT, TABLE, ship
+
+from autotune.neighbours import config_for
+from kernels.base import Config
+
+
+def unaligned(shape: dict) -> bool:
+    return bool(shape["n"] % 4 or shape["k"] % 4)
+
+
+def changed(tile: dict) -> bool:
+    """Whether step 31 changed the tile's code on unaligned rows."""
+    return bool(tile.get("wide_fetch") and not tile.get("async_copy"))
+
+
+def shape_jobs(table: dict, shape: dict) -> list[dict]:
+    m, n, k = shape["m"], shape["n"], shape["k"]
+    found: dict[str, dict] = {}
+
+    def job_for(name: str) -> dict:
+        index, policy = name.split(":")
+        family, params = config_for(table["tiles"][int(index)], policy, m, n, k, SM_COUNT)
+        return found.setdefault(Config.of(family, params).key, {
+            "family": family, "params": params, "dtype": "float32", "shape": [m, n, k], "candidates": []})
+
+    for name in shape["gflops"]:
+        if changed(table["tiles"][int(name.split(":")[0])]):
+            job_for(name)["candidates"].append(name)
+    others = [name for name in shape["gflops"] if not changed(table["tiles"][int(name.split(":")[0])])]
+    if found and others:
+        job_for(max(others, key=shape["gflops"].get))["anchor"] = max(others, key=shape["gflops"].get)
+    return list(found.values()) if others else []
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ship", nargs="+", metavar=("TABLE", "PART"), help="put the parts' speeds in TABLE")
+    parser.add_argument("--out")
+    parser.add_argument("--part", default="0/1")
+    parser.add_argument("--store")
+    parser.add_argument("--jobs", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=1e9, help="stop timing new shapes after this long")
+    args = parser.parse_args()
+    if args.ship:
+        return ship(args.ship[0], args.ship[1:], field="unaligned_kernels")
+    began = time.perf_counter()
+    table = json.loads(TABLE.read_text())
+    part, parts = map(int, args.part.split("/"))
+    shapes = [shape for shape in table["shapes"] if unaligned(shape)][part::parts]
+    jobs = [job for shape in shapes for job in shape_jobs(table, shape)]
+    root = Path(args.store or tempfile.mkdtemp(prefix="mmtune-unaligned-table-"))
+    failed = build_all(jobs, root, args.jobs)
+
+    from autotune.peers import TorchDevice
+    from kernels import source_hashes
+
+    device = TorchDevice()
+    result = {"device": device.name, "kernels": source_hashes(), "shapes": []}
+    for (shape, _), group, blas, seconds, _ in timed_shapes(device, jobs, root, failed, began + args.seconds):
+        result["shapes"].append({"shape": list(shape), "cublas_gflops": blas, "jobs": group})
+        done = [j for j in group if j.get("gflops") and j["candidates"]]
+        anchor = next((j for j in group if j.get("anchor")), {})
+        best = max(done, key=lambda j: j["gflops"]) if done else None
+        blas = blas or math.nan
+        print(f"{'x'.join(map(str, shape)):>16} cuBLAS {blas:8.0f}  best changed {best['gflops'] / blas if best else 0:5.3f}"
+              f" ({','.join(best['candidates'][:2]) if best else '-'})  anchor {anchor.get('anchor')} "
+              f"{(anchor.get('gflops') or 0) / blas:5.3f}  {len(done)} ran  {seconds:4.1f} s", flush=True)
+        Path(args.out).write_text(json.dumps(result, indent=0))
+    print(f"done in {time.perf_counter() - began:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
