@@ -26,6 +26,15 @@ part_table() {
     --seconds $(( left - 15 )) 2>&1 | quiet | tee "$out/$name.txt"
 }
 
+# part_slice SCRIPT I/N: part I of N of a table study (SCRIPT --part I/N, e.g. studies/step31_table.py),
+# timing new shapes until DEADLINE (default 570) seconds after gpu_start
+part_slice() {
+  local script=$1 slice=$2 name=table-${2/\//of}
+  local left=$(( ${DEADLINE:-570} - ($(date +%s) - start) ))
+  timeout "$left" python3 "$script" --out "$out/$name.json" --store "/tmp/store-$step" --part "$slice" \
+    --seconds $(( left - 20 )) 2>&1 | quiet | tee -a "$out/$name.txt"
+}
+
 # part_tune SHAPE...: `mmtune tune --trials TRIALS` (default 10) per shape; the bests exported
 part_tune() {
   local m n k

@@ -23,12 +23,7 @@ while [ $# -gt 0 ]; do
       timeout "$left" python3 studies/step31_pitch.py --out "$out/pitch.json" --store /tmp/store-step31 \
         --shapes "${taken[@]}" --seconds $(( left - 40 )) 2>&1 | quiet | tee -a "$out/pitch.txt"
       ;;
-    table)
-      slice=${1:?table needs I/N}; shift
-      left=$(( ${DEADLINE:-570} - ($(date +%s) - start) ))
-      timeout "$left" python3 studies/step31_table.py --out "$out/table-${slice/\//of}.json" --store /tmp/store-step31 \
-        --part "$slice" --seconds $(( left - 20 )) 2>&1 | quiet | tee -a "$out/table-${slice/\//of}.txt"
-      ;;
+    table) part_slice studies/step31_table.py "${1:?table needs I/N}"; shift ;;
     tune) shapes "$@"; shift ${#taken[@]}; part_tune "${taken[@]}" ;;
     retime) part_retime ;;
     tests) part_tests ;;

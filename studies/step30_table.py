@@ -113,26 +113,34 @@ def main() -> None:
     part, parts = map(int, args.part.split("/"))
     shapes = table["shapes"][part::parts]
     jobs = [job for shape in shapes for job in shape_jobs(table, shape)]
-    root = Path(args.store or tempfile.mkdtemp(prefix="mmtune-stream-table-"))
-    failed = build_all(jobs, root, args.jobs)
+    time_anchored(jobs, args.out, args.store, args.jobs, began + args.seconds, "stream")
+
+
+def time_anchored(jobs: list[dict], out: str, store: str | None, workers: int, deadline: float, label: str) -> None:
+    """Build `jobs` (each with the table's `candidates` it stands for, one of them per shape an
+    `anchor`) into `store` on `workers` processes, time them shape by shape until `deadline`
+    (time.perf_counter), print each shape's best job (`label`) and its anchor, and write the JSON
+    to `out` after every shape."""
+    began = time.perf_counter()
+    root = Path(store or tempfile.mkdtemp(prefix=f"mmtune-{label}-table-"))
+    failed = build_all(jobs, root, workers)
 
     from autotune.peers import TorchDevice
     from kernels import source_hashes
 
     device = TorchDevice()
     result = {"device": device.name, "kernels": source_hashes(), "shapes": []}
-    for (shape, _), group, blas, seconds, _ in timed_shapes(device, jobs, root, failed, began + args.seconds):
+    for (shape, _), group, blas, seconds, _ in timed_shapes(device, jobs, root, failed, deadline):
         result["shapes"].append({"shape": list(shape), "cublas_gflops": blas, "jobs": group})
         done = [j for j in group if j.get("gflops") and j["candidates"]]
         anchor = next((j for j in group if j.get("anchor")), {})
         best = max(done, key=lambda j: j["gflops"]) if done else None
         blas = blas or math.nan
-        print(f"{'x'.join(map(str, shape)):>16} cuBLAS {blas:8.0f}  best stream {best['gflops'] / blas if best else 0:5.3f}"
+        print(f"{'x'.join(map(str, shape)):>16} cuBLAS {blas:8.0f}  best {label} {best['gflops'] / blas if best else 0:5.3f}"
               f" ({','.join(best['candidates'][:2]) if best else '-'})  anchor {anchor.get('anchor')} "
               f"{(anchor.get('gflops') or 0) / blas:5.3f}  {len(done)} ran  {seconds:4.1f} s", flush=True)
-        Path(args.out).write_text(json.dumps(result, indent=0))
+        Path(out).write_text(json.dumps(result, indent=0))
     print(f"done in {time.perf_counter() - began:.0f} s", flush=True)
-
 
 if __name__ == "__main__":
     main()

@@ -10,7 +10,7 @@ tile fetches 16 bytes at a time through registers (wide_fetch without async_copy
 candidates that come to the same config being one job; and, as an anchor, the best of the
 shape's other candidates, whose code did not change, so that its speed now over its speed in the
 table says how far this run's timings sit from the table's. Built and timed as
-studies/step23_table.py does. --part i/n times every n-th shape from the i-th.
+studies/step23_table.py does (step30_table.time_anchored). --part i/n times every n-th shape from the i-th.
 
     python3 studies/step31_table.py --ship autotune/data/measured/nvidia-h200.json PART.json[.xz]...
 
@@ -22,13 +22,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import tempfile
 import time
-from pathlib import Path
 
-from step23_table import build_all, timed_shapes  # studies/, the script's folder
-from step30_table import SM_COUNT, TABLE, ship
+from step30_table import SM_COUNT, TABLE, ship, time_anchored  # studies/, the script's folder
 
 from autotune.neighbours import config_for
 from kernels.base import Config
@@ -78,26 +74,7 @@ def main() -> None:
     part, parts = map(int, args.part.split("/"))
     shapes = [shape for shape in table["shapes"] if unaligned(shape)][part::parts]
     jobs = [job for shape in shapes for job in shape_jobs(table, shape)]
-    root = Path(args.store or tempfile.mkdtemp(prefix="mmtune-unaligned-table-"))
-    failed = build_all(jobs, root, args.jobs)
-
-    from autotune.peers import TorchDevice
-    from kernels import source_hashes
-
-    device = TorchDevice()
-    result = {"device": device.name, "kernels": source_hashes(), "shapes": []}
-    for (shape, _), group, blas, seconds, _ in timed_shapes(device, jobs, root, failed, began + args.seconds):
-        result["shapes"].append({"shape": list(shape), "cublas_gflops": blas, "jobs": group})
-        done = [j for j in group if j.get("gflops") and j["candidates"]]
-        anchor = next((j for j in group if j.get("anchor")), {})
-        best = max(done, key=lambda j: j["gflops"]) if done else None
-        blas = blas or math.nan
-        print(f"{'x'.join(map(str, shape)):>16} cuBLAS {blas:8.0f}  best changed {best['gflops'] / blas if best else 0:5.3f}"
-              f" ({','.join(best['candidates'][:2]) if best else '-'})  anchor {anchor.get('anchor')} "
-              f"{(anchor.get('gflops') or 0) / blas:5.3f}  {len(done)} ran  {seconds:4.1f} s", flush=True)
-        Path(args.out).write_text(json.dumps(result, indent=0))
-    print(f"done in {time.perf_counter() - began:.0f} s", flush=True)
-
+    time_anchored(jobs, args.out, args.store, args.jobs, began + args.seconds, "changed")
 
 if __name__ == "__main__":
     main()
