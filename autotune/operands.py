@@ -209,12 +209,13 @@ def offset_bits(m: int, n: int, k: int) -> int:
 
 
 def unaligned_rows(m: int, n: int, k: int, layout: str, dtype: str) -> str:
-    """The operands ("A", "B") of an (M x K) @ (K x N) product in `layout` whose memory rows are
-    not a multiple of 16 bytes: what a kernel is built for (kernels.build's `unaligned`), so that
-    it moves their tiles untested one element at a time rather than testing every tile."""
+    """The operands ("A", "B", "C") of an (M x K) @ (K x N) product in `layout` whose memory rows
+    are not a multiple of 16 bytes: what a kernel is built for (kernels.build's `unaligned`), so
+    that it moves their tiles untested in groups or one element at a time rather than testing
+    every tile, and adds into C as each group's address allows."""
     size = np.dtype(dtype).itemsize
-    a_rows, b_rows, _ = memory_shapes(m, n, k, layout)
-    return "".join(name for name, (_, length) in (("A", a_rows), ("B", b_rows)) if length * size % 16)
+    rows = zip("ABC", memory_shapes(m, n, k, layout))
+    return "".join(name for name, (_, length) in rows if length * size % 16)
 
 
 def check_shapes(A, B, C=None) -> tuple[int, int, int, str]:

@@ -48,14 +48,14 @@ def build(name: str, config: dict, dtype: str, layout: str = "NN", offset_bits: 
           unaligned: str = "") -> Kernel:
     """The kernel of family `name` and `config` for `dtype`, taking A and B as `layout` says
     (LAYOUTS), with `offset_bits`-bit element offsets (offset_bits_for), built for the operands
-    named in `unaligned` ("A", "B") having rows that are not 16-byte aligned (the kernel's
+    named in `unaligned` ("A", "B", "C") having rows that are not 16-byte aligned (the kernel's
     `unaligned` says which of them that changed)."""
     if dtype not in DTYPES:
         raise ValueError(f"unsupported dtype {dtype!r}; supported: {', '.join(DTYPES)}")
     if offset_bits not in (32, 64):
         raise ValueError(f"offset_bits must be 32 or 64, got {offset_bits!r}")
-    if set(unaligned) - {"A", "B"}:
-        raise ValueError(f"unaligned names operands A and B, got {unaligned!r}")
+    if set(unaligned) - {"A", "B", "C"}:
+        raise ValueError(f"unaligned names operands A, B and C, got {unaligned!r}")
     return family(name).build(config, dtype, check_layout(layout), offset_bits, unaligned)
 
 

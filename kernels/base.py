@@ -71,11 +71,12 @@ def offset_bits_for(m: int, n: int, k: int) -> int:
 
 
 def unaligned_for(m: int, n: int, k: int, layout: str, dtype: str) -> str:
-    """The operands ("A", "B") of an (M x K) @ (K x N) product in `layout` whose rows in memory
-    are not a multiple of 16 bytes: what to build for (kernels.build's `unaligned`)."""
+    """The operands ("A", "B", "C") of an (M x K) @ (K x N) product in `layout` whose rows in
+    memory are not a multiple of 16 bytes: what to build for (kernels.build's `unaligned`)."""
     a_length = m if layout[0] == "T" else k
     b_length = k if layout[1] == "T" else n
-    return "".join(name for name, length in (("A", a_length), ("B", b_length)) if length * itemsize(dtype) % 16)
+    lengths = (("A", a_length), ("B", b_length), ("C", n))
+    return "".join(name for name, length in lengths if length * itemsize(dtype) % 16)
 
 
 def grid_of(m: int, n: int, tile: tuple[int, int], splits: int = 1, workers: int = 0) -> tuple[int, int, int]:
@@ -239,8 +240,8 @@ class Kernel:
     min_blocks: int = 1
     layout: str = "NN"
     offset_bits: int = 32
-    #: the operands ("A", "B") this build moves as having rows that are not 16-byte aligned
-    #: (kernels.vector's `unaligned`); "" where the build is the same either way
+    #: the operands ("A", "B", "C") this build moves or adds into as having rows that are not
+    #: 16-byte aligned (kernels.vector's `unaligned`); "" where the build is the same either way
     unaligned: str = ""
     #: bytes of dynamic shared memory each launch passes (above 48 KB the kernel must opt in)
     dynamic_shared: int = 0

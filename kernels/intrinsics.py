@@ -9,7 +9,8 @@ as one LLVM vector (<4 x float>, <2 x double>), which compiles to one 16-byte lo
 (`ld.shared.v4.f32`, `ld.global.v4.f32`, `ld.shared.v2.f64`...) and `vector_store` writes them
 so; the caller guarantees 16-byte alignment, which `rows_aligned` checks for a whole array.
 `reduce_add` adds into global memory atomically without reading back (`red`), 4 float32 lanes
-at a time.
+at a time, and `reduce_add_unaligned` 4 lanes at any 4-byte alignment, as the widest `red`s the
+address allows (`vector_phase`).
 `async_copy` moves elements from global to shared memory without staging them in registers
 (`cp.async`, sm_80 and later), completed by `async_commit` and `async_wait` and a barrier.
 `dynamic_shared_array` carves a fixed-shape array out of the block's dynamic shared memory, which
@@ -57,6 +58,37 @@ def reduce_add(width: int, bits: int = 32):
     `red.global.add` (sm_90 and later; the caller guarantees 16-byte alignment), float64 and
     int32 ones one `red` a lane. The offset is computed in `bits` bits."""
     return _simulated_reduce_add(width) if config.ENABLE_CUDASIM else _intrinsic_reduce_add(width, bits)
+
+
+def reduce_add_unaligned(bits: int = 32):
+    """add(array, index, values): `reduce_add(4)` of 4 float32 lanes whose address need only be
+    4-byte aligned, as the widest `red`s it allows: one 16-byte add where the first lane starts a
+    16-byte word, two 8-byte adds where it starts the word's second half, else a 4-byte add, an
+    8-byte one and a 4-byte one (float32 rows of any length; sm_90 and later)."""
+    phase_of = vector_phase(4, bits)
+    one, two, four = reduce_add(1, bits), reduce_add(2, bits), reduce_add(4, bits)
+
+    @cuda.jit(device=True)
+    def add(array, index, values):
+        head, last = index[:-1], index[-1]
+        phase = phase_of(array, index)
+        if phase == 0:
+            four(array, index, values)
+        elif phase == 2:
+            two(array, index, (values[0], values[1]))
+            two(array, head + (last + 2,), (values[2], values[3]))
+        else:
+            one(array, index, (values[0],))
+            two(array, head + (last + 1,), (values[1], values[2]))
+            one(array, head + (last + 3,), (values[3],))
+
+    return add
+
+
+def vector_phase(width: int, bits: int = 32):
+    """phase(array, index) -> which of the `width` element slots of its 16-byte word array[index]
+    occupies: 0 where a vector access of `width` elements may start."""
+    return _simulated_vector_phase(width) if config.ENABLE_CUDASIM else _intrinsic_vector_phase(width, bits)
 
 
 def rows_aligned(width: int):
@@ -165,6 +197,14 @@ def _simulated_reduce_add(width: int):
                 array[head + (last + i,)] += values[i]
 
     return add
+
+
+def _simulated_vector_phase(width: int):
+    def phase(array, index):
+        address = array.__array_interface__["data"][0] + sum(i * s for i, s in zip(index, array.strides))
+        return address // array.itemsize % width
+
+    return phase
 
 
 def _simulated_rows_aligned(width: int):
@@ -365,6 +405,28 @@ def _intrinsic_asm(instruction: str):
         return types.none(), codegen
 
     return emit
+
+
+def _intrinsic_vector_phase(width: int, bits: int):
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def phase(typingctx, array, index):
+        if not _indexable(array, index):
+            return None
+
+        def codegen(context, builder, sig, args):
+            pointer = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1], bits=bits)
+            size = context.get_abi_sizeof(context.get_value_type(sig.args[0].dtype))
+            address = builder.ptrtoint(pointer, ir.IntType(64))
+            slot = builder.and_(builder.udiv(address, ir.Constant(address.type, size)), ir.Constant(address.type, width - 1))
+            return builder.trunc(slot, ir.IntType(32))
+
+        return types.int32(array, index), codegen
+
+    return phase
 
 
 def _intrinsic_rows_aligned(width: int):

@@ -3,7 +3,8 @@
 A shape whose M x N makes few tiles (1024^2 gives 64 tiles of 128x128 for 132 SMs; 16384x64 fewer
 still) leaves most of the GPU idle however fast each block is. Here block z of a tile multiplies
 the z-th range of K (whole BK-steps) and adds its partial product into C with atomic adds (four
-float32 columns as one 16-byte add where C's rows are aligned), after a zero-fill launch:
+float32 columns as one 16-byte add, or where C's rows are unaligned as the widest adds their
+address allows), after a zero-fill launch:
 `splits` times the blocks for the price of M*N*splits atomic additions. The order of
 the additions varies from run to run, so float results vary in the last bits (within the
 verification bound).

@@ -4,8 +4,9 @@ Split-K fills a GPU in whole waves of blocks: 144 tiles on 132 SMs take two wave
 nearly empty, and splitting K in two gives 288 blocks and three. Here the grid is
 `workers_per_sm` blocks per SM, and the tiles' BK-steps, counted tile after tile, are cut into
 as many equal shares as there are blocks: each block multiplies its share, a tile's part at a
-time, and adds each part into C with atomic adds (four float32 columns as one 16-byte add where
-C's rows are aligned) after a zero-fill launch, as split-K does. Every SM then has the same work
+time, and adds each part into C with atomic adds (four float32 columns as one 16-byte add, or
+where C's rows are unaligned as the widest adds their address allows) after a zero-fill launch,
+as split-K does. Every SM then has the same work
 whatever the number of tiles, for the price of one or two extra additions of a tile where a share
 begins or ends inside it. The order of the additions varies from run to run, so float results
 vary in the last bits (within the verification bound).

@@ -18,7 +18,9 @@ k instead of TM + TN. Groups are TY*VEC rows apart, so a warp's loads are adjace
                at the edges and for unaligned operands (kernels.tiles). A build told which
                operands have unaligned rows (`unaligned`) fetches their groups inside the
                matrices as VEC scalar loads from one address, untested, and copies them
-               asynchronously one element per thread, adjacent threads taking adjacent ones
+               asynchronously one element per thread, adjacent threads taking adjacent ones;
+               told that C's are, a kernel adding into C adds each float32 group as the widest
+               adds its address allows (intrinsics.reduce_add_unaligned)
   async_copy   tiles copied from global to shared memory by `cp.async` (kernels.tiles.tile_copier)
                STAGES - 1 tiles ahead of the one being multiplied, instead of through registers
                one tile ahead: no registers held for the next tile, and with 3 or 4 stages more
@@ -38,8 +40,8 @@ from .base import (
     tile_origin_at, unrolled,
 )
 from .intrinsics import (
-    SHARED_ALIGNMENT, async_commit, async_wait, dynamic_shared_array, reduce_add, rows_aligned, scalar_access,
-    vector_load, vector_width,
+    SHARED_ALIGNMENT, anywhere, async_commit, async_wait, dynamic_shared_array, reduce_add, reduce_add_unaligned,
+    rows_aligned, scalar_access, vector_load, vector_width,
 )
 from .tiles import loads_per_thread, restrict_tiling, tile_copier, tile_movers
 
@@ -86,9 +88,10 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layo
     of `splits` ranges of K (whole BK-steps) and adds its product into C atomically; with
     `workers_per_sm`, the grid's blocks share out all the tiles' BK-steps evenly (stream-K:
     kernels.streamk) and add each tile's part into C atomically.
-    `unaligned` names the operands ("A", "B") built for rows that are not 16-byte aligned (see
-    `wide_fetch`): any operands run on any build, but an aligned operand on such a build loses its
-    16-byte moves, and an unaligned one on a build without runs every tile through bounds tests."""
+    `unaligned` names the operands ("A", "B", "C") built for rows that are not 16-byte aligned
+    (see `wide_fetch`): any operands run on any build, but an aligned operand on such a build loses
+    its 16-byte moves, and an unaligned one on a build without runs every tile through bounds tests
+    (A, B) or adds into C one element at a time."""
     BM, BN, BK = config["bm"], config["bn"], config["bk"]
     SPLITS, STREAMED = splits, workers_per_sm > 0
     TM, TN = config["tm"], config["tn"]
@@ -263,11 +266,15 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layo
         return (M - BM if row0 + BM > M and M >= BM else row0), (N - BN if col0 + BN > N and N >= BN else col0)
 
     store_one = scalar_access(offset_bits)[1]
-    add_one, add_group, group_of = reduce_add(1, offset_bits), reduce_add(VEC, offset_bits), _lanes(VEC)
-    c_aligned = rows_aligned(VEC)
-    # Adding into C, a group of VEC columns goes in as one 16-byte atomic add (float32 lanes).
-    # Not the stores of a whole K: 16-byte stores pin the accumulators to aligned register quads.
     ADDS = SPLITS > 1 or STREAMED
+    # Adding into C, a group of VEC columns goes in as one 16-byte atomic add (float32 lanes), or,
+    # in a build told that C's rows are unaligned, as the widest adds each group's address allows.
+    # Not the stores of a whole K: 16-byte stores pin the accumulators to aligned register quads.
+    C_GROUPED = ADDS and "C" in unaligned and dtype == "float32"  # vector adds exist for float32 alone
+    add_one, group_of = reduce_add(1, offset_bits), _lanes(VEC)
+    add_group = reduce_add_unaligned(offset_bits) if C_GROUPED else reduce_add(VEC, offset_bits)
+    c_aligned = anywhere if C_GROUPED else rows_aligned(VEC)
+    GROUP_START = 1 if C_GROUPED else VEC  # the columns a group of C may start at
 
     @cuda.jit(device=True)
     def write_row(t, C, M, N, row0, col0, top, left, inside, wide, row_base, col_base, acc):
@@ -297,7 +304,7 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layo
         stay in registers."""
         top, left = -(-row0 // BM) * BM, -(-col0 // BN) * BN
         inside = row0 == top and col0 == left and row0 + BM <= M and col0 + BN <= N
-        wide = ADDS and c_aligned(C) and col0 % VEC == 0
+        wide = ADDS and c_aligned(C) and col0 % GROUP_START == 0
         write_rows(C, M, N, row0, col0, top, left, inside, wide, row_base, col_base, acc)
 
     @cuda.jit(device=True)
@@ -360,7 +367,8 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layo
 
     return Kernel(family, dict(config), dtype, vector_matmul, block=(THREADS,), tile=(BM, BN), splits=SPLITS,
                   workers_per_sm=workers_per_sm,
-                  min_blocks=max(config["min_blocks"], workers_per_sm), layout=layout, offset_bits=offset_bits, unaligned=UNALIGNED,
+                  min_blocks=max(config["min_blocks"], workers_per_sm), layout=layout, offset_bits=offset_bits,
+                  unaligned=UNALIGNED + "C" * C_GROUPED,
                   dynamic_shared=SHARED_BYTES if DYNAMIC else 0)
 
 

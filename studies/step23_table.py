@@ -93,9 +93,10 @@ def training_jobs(shapes: list[tuple], sm_count: int) -> list[dict]:
 
 
 def build_key(j: dict) -> tuple:
+    """What a job's kernel is built as: for its shape, or for the operands a job's `unaligned` names."""
     m, n, k = j["shape"]
     return (j["family"], json.dumps(j["params"], sort_keys=True), j["dtype"], offset_bits(m, n, k),
-            unaligned_rows(m, n, k, "NN", j["dtype"]))
+            j.get("unaligned", unaligned_rows(m, n, k, "NN", j["dtype"])))
 
 
 def _build(key: tuple, root: str) -> tuple[tuple, str | None, float]:

@@ -97,21 +97,32 @@ def ship(out: str, parts: list[str], field: str = "stream_kernels") -> None:
     print(f"after: {loo(table)}")
 
 
-def main() -> None:
+def table_arguments() -> argparse.ArgumentParser:
+    """The options of a study timing a slice of the table's candidates (--part) or shipping
+    its parts' speeds into the table (--ship)."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("--ship", nargs="+", metavar=("TABLE", "PART"), help="add the parts' speeds to TABLE")
+    parser.add_argument("--ship", nargs="+", metavar=("TABLE", "PART"), help="put the parts' speeds in TABLE")
     parser.add_argument("--out")
     parser.add_argument("--part", default="0/1")
     parser.add_argument("--store")
     parser.add_argument("--jobs", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=1e9, help="stop timing new shapes after this long")
-    args = parser.parse_args()
+    return parser
+
+
+def part_of(shapes: list, part: str) -> list:
+    """The shapes of part "i/n": every n-th from the i-th."""
+    index, parts = map(int, part.split("/"))
+    return shapes[index::parts]
+
+
+def main() -> None:
+    args = table_arguments().parse_args()
     if args.ship:
         return ship(args.ship[0], args.ship[1:])
     began = time.perf_counter()
     table = json.loads(TABLE.read_text())
-    part, parts = map(int, args.part.split("/"))
-    shapes = table["shapes"][part::parts]
+    shapes = part_of(table["shapes"], args.part)
     jobs = [job for shape in shapes for job in shape_jobs(table, shape)]
     time_anchored(jobs, args.out, args.store, args.jobs, began + args.seconds, "stream")
 

@@ -20,11 +20,10 @@ replaces those candidates' speeds in the table, scaled by each shape's anchor
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
-from step30_table import SM_COUNT, TABLE, ship, time_anchored  # studies/, the script's folder
+from step30_table import SM_COUNT, TABLE, part_of, ship, table_arguments, time_anchored  # studies/, the script's folder
 
 from autotune.neighbours import config_for
 from kernels.base import Config
@@ -34,45 +33,42 @@ def unaligned(shape: dict) -> bool:
     return bool(shape["n"] % 4 or shape["k"] % 4)
 
 
-def changed(tile: dict) -> bool:
-    """Whether step 31 changed the tile's code on unaligned rows."""
-    return bool(tile.get("wide_fetch") and not tile.get("async_copy"))
+def changed(family: str, params: dict) -> bool:
+    """Whether step 31 changed a candidate's code on unaligned rows."""
+    return bool(params.get("wide_fetch") and not params.get("async_copy"))
 
 
-def shape_jobs(table: dict, shape: dict) -> list[dict]:
+def shape_jobs(table: dict, shape: dict, changed=changed) -> list[dict]:
+    """The jobs timing the candidates at `shape` for which changed(family, params) holds, and as
+    the anchor the best of the others; none where all or none of them changed."""
     m, n, k = shape["m"], shape["n"], shape["k"]
     found: dict[str, dict] = {}
 
-    def job_for(name: str) -> dict:
+    def config(name: str) -> tuple[str, dict]:
         index, policy = name.split(":")
-        family, params = config_for(table["tiles"][int(index)], policy, m, n, k, SM_COUNT)
+        return config_for(table["tiles"][int(index)], policy, m, n, k, SM_COUNT)
+
+    def job_for(name: str) -> dict:
+        family, params = config(name)
         return found.setdefault(Config.of(family, params).key, {
             "family": family, "params": params, "dtype": "float32", "shape": [m, n, k], "candidates": []})
 
     for name in shape["gflops"]:
-        if changed(table["tiles"][int(name.split(":")[0])]):
+        if changed(*config(name)):
             job_for(name)["candidates"].append(name)
-    others = [name for name in shape["gflops"] if not changed(table["tiles"][int(name.split(":")[0])])]
+    others = [name for name in shape["gflops"] if not changed(*config(name))]
     if found and others:
         job_for(max(others, key=shape["gflops"].get))["anchor"] = max(others, key=shape["gflops"].get)
     return list(found.values()) if others else []
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--ship", nargs="+", metavar=("TABLE", "PART"), help="put the parts' speeds in TABLE")
-    parser.add_argument("--out")
-    parser.add_argument("--part", default="0/1")
-    parser.add_argument("--store")
-    parser.add_argument("--jobs", type=int, default=16)
-    parser.add_argument("--seconds", type=float, default=1e9, help="stop timing new shapes after this long")
-    args = parser.parse_args()
+    args = table_arguments().parse_args()
     if args.ship:
         return ship(args.ship[0], args.ship[1:], field="unaligned_kernels")
     began = time.perf_counter()
     table = json.loads(TABLE.read_text())
-    part, parts = map(int, args.part.split("/"))
-    shapes = [shape for shape in table["shapes"] if unaligned(shape)][part::parts]
+    shapes = part_of([shape for shape in table["shapes"] if unaligned(shape)], args.part)
     jobs = [job for shape in shapes for job in shape_jobs(table, shape)]
     time_anchored(jobs, args.out, args.store, args.jobs, began + args.seconds, "changed")
 

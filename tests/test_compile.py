@@ -195,13 +195,16 @@ from kernels.resources import compile_report, ptx
 tall = dict(kernels.family("vector").default, tm=16, tn=8, min_blocks=2)
 split = dict(kernels.family("splitk").default, min_blocks=1)
 out = {}
-for name, family, config, dtype in (("tall", "vector", tall, "float32"), ("float32", "splitk", split, "float32"),
-                                    ("float64", "splitk", split, "float64"), ("int32", "splitk", split, "int32")):
-    kernel = kernels.build(family, config, dtype)
+for name, family, config, dtype, rows in (("tall", "vector", tall, "float32", ""), ("float32", "splitk", split, "float32", ""),
+                                          ("unaligned", "splitk", split, "float32", "C"),
+                                          ("tall-unaligned", "vector", tall, "float32", "C"),
+                                          ("float64", "splitk", split, "float64", "C"), ("int32", "splitk", split, "int32", "")):
+    kernel = kernels.build(family, config, dtype, unaligned=rows)
     text = ptx(kernel)
-    out[name] = dict(stack=compile_report(kernel).stack_bytes, wide_stores=text.count("st.global.v4"),
+    out[name] = dict(built=kernel.unaligned, stack=compile_report(kernel).stack_bytes, wide_stores=text.count("st.global.v4"),
                      stores=text.count("st.global."), wide_adds=text.count("red.global.add.v4.f32"),
-                     adds=text.count("red.global.add."), atomics=text.count("atom.global"))
+                     pair_adds=text.count("red.global.add.v2.f32"), adds=text.count("red.global.add."),
+                     atomics=text.count("atom.global"))
 print(json.dumps(out))
 """
 
@@ -209,8 +212,10 @@ print(json.dumps(out))
 def test_c_is_written_from_registers_and_split_products_added_16_bytes_at_a_time():
     """The write-back is straight-line code, so a 16x8 register tile's accumulators stay in
     registers (no stack frame) and go out as scalar stores; with K split, float32 groups of 4
-    columns are one 4-lane `red` (and lanes one at a time where C's rows are not aligned), float64
-    and int32 lanes one `red` each, and nothing reads an atomic's result back."""
+    columns are one 4-lane `red` (and lanes one at a time at C's edges), float64 and int32 lanes
+    one `red` each, and nothing reads an atomic's result back. Built for C's rows unaligned, a
+    float32 group is one 4-lane `red`, two 2-lane ones, or a 2-lane one between two 1-lane ones, as
+    its address allows; a kernel that stores C, or adds float64, is built as for aligned rows."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     done = subprocess.run([sys.executable, "-c", WRITE_BACK_CHILD], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -223,6 +228,11 @@ def test_c_is_written_from_registers_and_split_products_added_16_bytes_at_a_time
     assert (float64["wide_adds"], int32["wide_adds"]) == (0, 0)
     assert float64["adds"] == int32["adds"] == 2 * lanes  # the groups' lanes and the fallback's
     assert all(r["wide_stores"] == r["stores"] == r["atomics"] == 0 for r in (float32, float64, int32))
+    unaligned = out["unaligned"]
+    assert (unaligned["built"], unaligned["wide_adds"], unaligned["pair_adds"]) == ("C", groups, 2 * groups + groups)
+    assert unaligned["adds"] == groups + 3 * groups + 2 * groups + lanes and unaligned["stack"] == 0
+    assert {**out["tall-unaligned"], "built": "C"} == {**tall, "built": "C"} and out["tall-unaligned"]["built"] == ""
+    assert float64["built"] == "" and float32["pair_adds"] == 0
 
 
 ARCH_CHILD = """

@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 import kernels  # noqa: E402
 from autotune import calls, launch, store  # noqa: E402
 from autotune.measure import error_bound, random_inputs, reference, relative_error  # noqa: E402
+from autotune.operands import unaligned_rows  # noqa: E402
 
 SLEEP_CYCLES = 500_000_000  # ~0.25 s of one GPU thread spinning: long enough to see asynchrony
 
@@ -254,7 +255,8 @@ def test_an_operand_past_2_32_elements_gets_64_bit_offsets():
     C = calls.matmul(tA, tB)
     torch.cuda.synchronize()
     call = next(iter(calls._plans.values()))
-    parts = store.key_parts(call.family, call.config, "float32", torch.cuda.get_device_capability(0), None, "NN", 64)
+    parts = store.key_parts(call.family, call.config, "float32", torch.cuda.get_device_capability(0), None, "NN", 64,
+                            unaligned_rows(m, n, k, "NN", "float32"))
     assert store.entry_key(parts) in calls._loaded  # the 64-bit kernel was built and launched
     assert sampled_error(C, tA, tB) <= error_bound("float32", k)
     ref = tA[-8:].double() @ tB[:, -8:].double()  # C's last elements: past 2**32 from its start

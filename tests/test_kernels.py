@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from numba import cuda
 
 import kernels
-from kernels import warp_mma
+from kernels import intrinsics, warp_mma
 from autotune.measure import compare, poison_value, random_inputs, reference, relative_error, error_bound, stored
 from autotune.space import DMMA_TILE, TF32X3_TILE, DeviceLimits, families_for, feasible_configs
 from autotune.operands import OperandError, arrays_layout, check_shapes
@@ -234,11 +234,44 @@ def test_rows_of_odd_length_move_untested_inside_c(family, config, layout, rng):
     fetching groups as scalar loads from one address, or copying them one element at a time."""
     m, n, k = (ON_GPU and (1001, 1023, 999)) or (37, 67, 45)
     kernel = kernels.build_for(family, config, "float32", (m, n, k), layout)
-    assert kernels.unaligned_for(m, n, k, layout, "float32") == "AB" and kernel.unaligned  # those it moves wide
+    assert kernels.unaligned_for(m, n, k, layout, "float32") == "ABC" and kernel.unaligned  # those it moves wide
     A, B = random_inputs(m, n, k, "float32", rng, layout)
     C = cuda.to_device(np.full((m, n), np.nan, np.float32))
     kernel(*(cuda.to_device(x) for x in stored(A, B, layout)), C)
     assert relative_error(C.copy_to_host(), reference(A, B)) <= error_bound("float32", k)
+
+
+ADDING_CASES = [case for case in CASES if case.values[0] in ("splitk", "streamk")]
+
+
+@pytest.mark.parametrize("family,config", ADDING_CASES)
+def test_split_products_go_into_unaligned_c_in_groups(family, config, rng):
+    """C's rows of odd length, the first starting 4 bytes past a 16-byte boundary: row after row,
+    a group of 4 columns starts at each slot of a 16-byte word, and tiles moved back from C's right
+    edge start groups at columns that are not multiples of 4. The build for such rows adds each
+    group as the widest adds its address allows (on a GPU a misaligned vector add faults)."""
+    m, n, k = (ON_GPU and (301, 1023, 517)) or (9, 45, 19)
+    kernel = kernels.build_for(family, config, "float32", (m, n, k))
+    assert kernel.unaligned.endswith("C")
+    A, B = random_inputs(m, n, k, "float32", rng)
+    C = _off_16_byte_boundary(np.full((m, n), np.nan, np.float32))
+    kernel(cuda.to_device(A), cuda.to_device(B), C)
+    assert relative_error(C.copy_to_host(), reference(A, B)) <= error_bound("float32", k)
+
+
+def test_vector_phase_is_an_elements_slot_in_its_16_byte_word():
+    phase_of = intrinsics.vector_phase(4)
+
+    @cuda.jit
+    def phases(X, out):
+        i, j = cuda.grid(2)
+        if i < X.shape[0] and j < X.shape[1]:
+            out[i, j] = phase_of(X, (i, j))
+
+    X = _off_16_byte_boundary(np.zeros((3, 7), np.float32))
+    out = cuda.to_device(np.full((3, 7), -1, np.int32))
+    phases[(1, 1), (4, 8)](X, out)
+    np.testing.assert_array_equal(out.copy_to_host(), (1 + np.arange(21).reshape(3, 7)) % 4)
 
 
 @pytest.mark.parametrize("family", list(kernels.FAMILIES))

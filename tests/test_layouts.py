@@ -125,9 +125,9 @@ def test_find_entry_remembers_and_builds_per_layout_offset_width_and_alignment(m
     assert calls.find_entry(gpu, 65536, 16, 65537, "float32", "NT")[2] == "entry"
     calls.find_entry(gpu, 8, 8, 8, "float32", "TT")
     calls.find_entry(gpu, 8, 8, 6, "float64", "NN")  # A's rows of 6 doubles: 48 bytes; B's of 8 doubles
-    calls.find_entry(gpu, 8, 7, 9, "float32", "NN")  # A's rows of 9 floats, B's of 7
+    calls.find_entry(gpu, 8, 7, 9, "float32", "NN")  # A's rows of 9 floats, B's and C's of 7
     assert [(layout, bits, rows) for _, layout, bits, rows in built] == [
-        ("NT", 64, "AB"), ("TT", 32, ""), ("NN", 32, ""), ("NN", 32, "AB")]  # NT: A's rows of 65537, B's of 65537
+        ("NT", 64, "AB"), ("TT", 32, ""), ("NN", 32, ""), ("NN", 32, "ABC")]  # NT: A's rows of 65537, B's of 65537
     assert store.recall(H100, "float32", (8, 8, 8), layout="TT") is not None
     assert store.recall(H100, "float32", (8, 8, 8), layout="NN") is None
 
@@ -135,8 +135,8 @@ def test_find_entry_remembers_and_builds_per_layout_offset_width_and_alignment(m
 def test_store_keys_differ_by_layout_offset_bits_and_alignment():
     base = ("vector", {"bm": 64}, "float32", (9, 0), None)
     keys = {store.entry_key(store.key_parts(*base, layout, bits, rows))
-            for layout in kernels.LAYOUTS for bits in (32, 64) for rows in ("", "A", "B", "AB")}
-    assert len(keys) == 32
+            for layout in kernels.LAYOUTS for bits in (32, 64) for rows in ("", "A", "B", "AB", "ABC")}
+    assert len(keys) == 40
     assert store.key_parts(*base)["layout"] == "NN" and store.key_parts(*base)["offset_bits"] == 32
     assert store.key_parts(*base)["unaligned"] == ""
 
@@ -152,7 +152,8 @@ def test_unaligned_rows_are_judged_alike_with_and_without_numba(m, n, k, dtype, 
 def test_unaligned_rows_name_the_operands_whose_rows_miss_16_byte_multiples():
     assert unaligned_rows(64, 64, 64, "NN", "float32") == ""
     assert unaligned_rows(64, 64, 63, "NN", "float32") == "A"  # A: 64 x 63; B: 63 x 64
-    assert unaligned_rows(64, 63, 64, "NN", "float32") == "B"
+    assert unaligned_rows(64, 63, 64, "NN", "float32") == "BC"  # B: 64 x 63; C: 64 x 63
+    assert unaligned_rows(64, 63, 64, "NT", "float32") == "C"  # B stored as 63 x 64
     assert unaligned_rows(63, 64, 64, "TN", "float32") == "A"  # A stored as 64 x 63
     assert unaligned_rows(64, 64, 63, "TT", "float32") == "B"  # B stored as 64 x 63
     assert unaligned_rows(64, 64, 6, "NN", "float64") == "" and unaligned_rows(64, 64, 6, "NN", "float32") == "A"
