@@ -192,6 +192,9 @@ def _simulated_reduce_add(width: int):
 
     def add(array, index, values):
         head, last = index[:-1], index[-1]
+        if width > 1 and array.dtype == "float32":  # one vector `red`, which faults unless aligned to its size
+            address = _simulated_address(array, index)
+            assert address % (width * array.itemsize) == 0, f"misaligned {width}-lane add at {address:#x}"
         with lock:
             for i in range(width):
                 array[head + (last + i,)] += values[i]
@@ -199,10 +202,13 @@ def _simulated_reduce_add(width: int):
     return add
 
 
+def _simulated_address(array, index) -> int:
+    return array.__array_interface__["data"][0] + sum(i * s for i, s in zip(index, array.strides))
+
+
 def _simulated_vector_phase(width: int):
     def phase(array, index):
-        address = array.__array_interface__["data"][0] + sum(i * s for i, s in zip(index, array.strides))
-        return address // array.itemsize % width
+        return _simulated_address(array, index) // array.itemsize % width
 
     return phase
 

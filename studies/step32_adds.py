@@ -7,7 +7,7 @@ Jobs at each shape: those of studies/step30_streamk.py (the shipped record, look
 the record's, lookup's and the measured table's --tiles best tiles streamed on 1 and 2 blocks per
 SM) plus those tiles with K split in 2 and as wave arithmetic says (autotune.space.wave_splits).
 Every job that adds into C runs twice: built for the shape (each group of 4 columns added as one
-16-byte, two 8-byte or 8- and 4-byte `red`s by its address) and built as before step 32 (one
+16-byte, two 8-byte, or 4-, 8- and 4-byte `red`s by its address) and built as before step 32 (one
 4-byte `red` per column: the build told only A's and B's rows are unaligned). Built, checked and
 timed as studies/step23_table.py does (driver plans, CUDA graphs, cuBLAS on the same tensors).
 """

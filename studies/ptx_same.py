@@ -1,0 +1,61 @@
+"""Whether a change of kernel code changed what the shipped records run: the sm_90 PTX of every
+shipped record, hashed, before and after.
+
+    PYTHONPATH=OLD_CHECKOUT python3 studies/ptx_same.py --out before.json
+    python3 studies/ptx_same.py --out after.json --against before.json
+
+Each record's kernel is built for its shape (kernels.build_for) and compiled to PTX in a process
+of its own: compiling several kernels in one process can change the PTX of the later ones. Entry
+names (which embed Numba's unique ids) and comments are normalized away before hashing. With
+--against, prints the records whose PTX differs and exits 1 if any does; records whose PTX is
+the same can take today's source hash without being timed again (docs/performance.md, step 30).
+No GPU needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+RECORDS = Path(__file__).resolve().parent.parent / "autotune" / "data" / "records" / "nvidia-h200.json"
+
+
+def ptx_hash(row: dict) -> dict:
+    import kernels
+    from kernels.resources import ptx
+
+    shape, layout = (row["m"], row["n"], row["k"]), row.get("layout") or "NN"
+    kernel = kernels.build_for(row["family"], row["params"], row["dtype"], shape, layout)
+    text = re.sub(r"_Z\w+", "NAME", re.sub(r"//[^\n]*", "", ptx(kernel)))
+    return {"record": f"{row['family']} {row['dtype']} {'x'.join(map(str, shape))} {layout}",
+            "params": row["params"], "built_for": kernel.unaligned, "kernels": kernels.__file__,
+            "ptx_sha256": hashlib.sha256(text.encode()).hexdigest()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--records", default=str(RECORDS))
+    parser.add_argument("--against")
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args()
+    rows = json.loads(Path(args.records).read_text())
+    with ProcessPoolExecutor(args.jobs, max_tasks_per_child=1) as pool:
+        found = list(pool.map(ptx_hash, rows))
+    Path(args.out).write_text(json.dumps(found, indent=0))
+    print(f"{len(found)} records compiled with {found[0]['kernels'] if found else '-'}")
+    if args.against:
+        before = {(r["record"], json.dumps(r["params"], sort_keys=True)): r for r in json.loads(Path(args.against).read_text())}
+        changed = [r["record"] for r in found
+                   if before.get((r["record"], json.dumps(r["params"], sort_keys=True)), {}).get("ptx_sha256") != r["ptx_sha256"]]
+        print(f"{len(found) - len(changed)} the same, {len(changed)} changed or new: {', '.join(changed) or '-'}")
+        sys.exit(1 if changed else 0)
+
+
+if __name__ == "__main__":
+    main()
