@@ -66,6 +66,22 @@ part_peers() {
   echo "$1: $(( $(date +%s) - t0 )) s" | tee -a "$out/$1.txt"
 }
 
+# shapes ARG...: the leading MxNxK arguments, into the array `taken`
+shapes() { taken=(); while [ $# -gt 0 ] && [[ "$1" == *x*x* ]]; do taken+=("$1"); shift; done; }
+
+# part_common PART ARG...: the parts every step's script takes (tune SHAPE..., retime, tests, or a
+# suite's name); sets `used` to how many of the ARGs it took
+part_common() {
+  local part=$1; shift
+  used=0
+  case "$part" in
+    tune) shapes "$@"; used=${#taken[@]}; part_tune "${taken[@]}" ;;
+    retime) part_retime ;;
+    tests) part_tests ;;
+    *) part_peers "$part" ;;
+  esac
+}
+
 gpu_finish() {
   tar czf "$dest/$step.tgz" -C "$out" . && ls -la "$dest"
 }

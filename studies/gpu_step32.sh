@@ -13,7 +13,6 @@ set -uo pipefail
 source "$(dirname "$0")/gpu_parts.sh"
 gpu_start step32 "${1:?usage: gpu_step32.sh OUT adds SHAPE... | table I/N | tune SHAPE... | retime | tests | SUITE...}"
 shift
-shapes() { taken=(); while [ $# -gt 0 ] && [[ "$1" == *x*x* ]]; do taken+=("$1"); shift; done; }
 while [ $# -gt 0 ]; do
   part=$1; shift
   case "$part" in
@@ -24,10 +23,7 @@ while [ $# -gt 0 ]; do
         --shapes "${taken[@]}" --seconds $(( left - 20 )) 2>&1 | quiet | tee -a "$out/adds.txt"
       ;;
     table) part_slice studies/step32_table.py "${1:?table needs I/N}"; shift ;;
-    tune) shapes "$@"; shift ${#taken[@]}; part_tune "${taken[@]}" ;;
-    retime) part_retime ;;
-    tests) part_tests ;;
-    *) part_peers "$part" ;;
+    *) part_common "$part" "$@"; shift "$used" ;;
   esac
 done
 gpu_finish
