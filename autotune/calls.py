@@ -7,8 +7,9 @@ torch tensors, CuPy's for CuPy arrays, the default stream for others. It never w
 A plan is built once per (shapes, strides, dtypes, devices): the checks run then, the config
 comes from the kernel store's memory of this shape or from `lookup`, the cubin from the store
 (compiled into it if missing) for the operands' layout (a transposed view is read in place) and
-offset width. During CUDA graph capture a missing plan is an error, since
-building one would compile, load or allocate.
+offset width; where the config's tiles would spend a whole tile row on C's last few rows, those
+rows get a plan of their own (autotune.operands.peeled_rows). During CUDA graph capture a missing
+plan is an error, since building one would compile, load or allocate.
 
 NumPy operands, the CUDA simulator, and MMTUNE_LAUNCH=numba (a debug fallback) go through
 Numba's dispatcher (autotune.runtime). Nothing here imports numba on the driver path.
@@ -28,7 +29,8 @@ import numpy as np
 
 from autotune import backends, launch, store
 from autotune.operands import (
-    Operand, OperandError, check_product, dtype_name, kind_of, memory_shapes, offset_bits, reader, unaligned_rows,
+    Operand, OperandError, check_product, dtype_name, kind_of, memory_shapes, offset_bits, peeled_rows, reader,
+    unaligned_rows,
 )
 
 ENV = "MMTUNE_LAUNCH"  # "numba": launch through Numba's dispatcher, for debugging
@@ -42,7 +44,7 @@ class CallPlan:
     dtype: str
     layout: str  # of A and B, kernels.LAYOUTS
     out_key: tuple  # (shape, strides, dtype, device) a matching `out` reads as
-    plan: launch.Plan | None  # None: C is empty, nothing to launch
+    plan: launch.Plan | launch.RowParts | None  # None: C is empty, nothing to launch
     family: str
     config: dict
     new_out: Callable | None = None  # makes a new C, bound on first use
@@ -171,8 +173,16 @@ def _plan(device: launch.Device, kind: str, a: Operand, stream, m: int, n: int, 
     _refuse_during_capture(raw, m, n, k, dtype, a.device)
     if not (m and n):  # an empty C needs no kernel (and CUDA refuses an empty grid)
         return None, "", {}
-    family, config, entry = find_entry(_identity(device), m, n, k, dtype, layout, deterministic)
-    return entry_plan(device, entry, m, n, k, dtype, layout), family, config
+    gpu = _identity(device)
+    family, config, entry = find_entry(gpu, m, n, k, dtype, layout, deterministic)
+    rest = peeled_rows(m, config, layout)
+    if not rest:
+        return entry_plan(device, entry, m, n, k, dtype, layout), family, config
+    *_, rest_entry = find_entry(gpu, rest, n, k, dtype, layout, deterministic)
+    main, itemsize = m - rest, np.dtype(dtype).itemsize
+    parts = [(entry_plan(device, entry, main, n, k, dtype, layout), 0, 0),
+             (entry_plan(device, rest_entry, rest, n, k, dtype, layout), main * k * itemsize, main * n * itemsize)]
+    return launch.RowParts(parts), family, config
 
 
 def entry_plan(device: launch.Device, entry: store.Entry, m: int, n: int, k: int, dtype: str,

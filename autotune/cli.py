@@ -191,6 +191,9 @@ def lookup(
                    f"{', stale: older kernel code' if choice.stale else ''})")
     if choice.basis:
         typer.echo(f"  {choice.basis}")
+    if choice.rest:
+        typer.echo(f"  C's last {choice.peel} rows as a product of their own, {choice.rest.source}: "
+                   f"{choice.rest.family} {json.dumps(choice.rest.config)}")
 
 
 @app.command()

@@ -228,6 +228,19 @@ class Plan:
             self.device.leave(previous)
 
 
+class RowParts:
+    """Plans launched one after the other on the caller's stream, each on its own rows of A and C
+    (byte offsets into them): a product whose last rows a plan of their own computes
+    (autotune.operands.peeled_rows)."""
+
+    def __init__(self, parts: list[tuple[Plan, int, int]]):
+        self.parts = parts  # (plan, A's offset, C's offset)
+
+    def launch(self, a: int, b: int, c: int, stream: int) -> None:
+        for plan, a_offset, c_offset in self.parts:
+            plan.launch(a + a_offset, b, c + c_offset, stream)
+
+
 # Streams ------------------------------------------------------------------------------------
 
 def current_stream(kind: str, ordinal: int) -> int:

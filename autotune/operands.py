@@ -218,6 +218,25 @@ def unaligned_rows(m: int, n: int, k: int, layout: str, dtype: str) -> str:
     return "".join(name for name, (_, length) in rows if length * size % 16)
 
 
+#: `peeled_rows`: the tiles it peels from (BM at least this), the most tile rows they may span, and
+#: the most rows (a 1/PEEL_FRACTION of BM) it peels
+PEEL_MIN_TILE, PEEL_MAX_TILE_ROWS, PEEL_FRACTION = 64, 8, 16
+
+
+def peeled_rows(m: int, params: dict, layout: str = "NN") -> int:
+    """How many of C's last rows the call path computes apart, by a product of their own, rather
+    than by `params`'s tiles: a bottom tile row of C that holds only M mod BM rows costs a whole
+    tile row (kernels.vector.edge_origin), a fifth of the work at M = 257 with BM = 64. Peeled
+    where those rows are a few (at most BM / PEEL_FRACTION) and the tile row they would cost is a
+    large share of the product (M / BM at most PEEL_MAX_TILE_ROWS); A's rows must be rows in memory
+    (layout "N."), so that A's last rows are a contiguous view. 0: not peeled."""
+    bm = params.get("bm", 0)
+    if bm < PEEL_MIN_TILE or layout[0] != "N" or m <= bm:
+        return 0
+    rest = m % bm
+    return rest if rest <= bm // PEEL_FRACTION and m // bm <= PEEL_MAX_TILE_ROWS else 0
+
+
 def check_shapes(A, B, C=None) -> tuple[int, int, int, str]:
     """(M, N, K, dtype) from anything with .shape and .dtype (operands, NumPy or Numba arrays)."""
     for name, x in (("A", A), ("B", B)) + ((("C", C),) if C is not None else ()):

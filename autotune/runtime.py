@@ -3,6 +3,8 @@
 Where a config comes from: the rows of the local cache and the records shipped in the package,
 for this dtype, ranked in this order (the first that fits wins):
   1. exact    a row for this (M, N, K)
+     few-rows a product of fewer rows than the smallest tile: the rule's 16-row tile with K split
+              by wave arithmetic (autotune.space.few_rows_guess)
   2. measured the candidate that the nearest shapes of a shipped measured table rate best
               (autotune.neighbours), where a table of this dtype and architecture ships
   3. nearest  a row for the tuned shape closest by autotune.cache.shape_distance (log2 scale;
@@ -23,15 +25,16 @@ measured on other kernel code than today's (its source hash differs) is stale: i
 when no fresh row fits at steps 1 and 3, with a one-time warning to re-tune. A deterministic
 lookup skips every config that adds into C (split-K, stream-K: their atomic additions land in any
 order), at every step.
+A pick whose tiles would spend a whole tile row on C's last few rows leaves those rows to a
+product of their own (`Choice.peel`, autotune.operands.peeled_rows), looked up as any other.
 Lookups and built kernels are memoized per process; call `clear()` after tuning in-process.
 """
 
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
-from typing import Callable
 
 import numpy as np
 
@@ -40,9 +43,9 @@ from autotune import backends, neighbours, records
 from autotune.backends import Device
 from autotune.cache import Cache, CacheError, shape_distance, stale
 from autotune.model import predict, similar_load
-from autotune.operands import OperandError, arrays_layout, check_shapes
+from autotune.operands import OperandError, arrays_layout, check_shapes, peeled_rows
 from autotune.records import ANOTHER_ARCHITECTURE, GPU_MATCHES, closest_table, gpu_rank
-from autotune.space import DEFAULT_FAMILY, GpuLimits, default_config, infeasibility
+from autotune.space import DEFAULT_FAMILY, GpuLimits, default_config, few_rows_guess, infeasibility
 from autotune.store import adds_into_c
 from kernels import DTYPES, LAYOUTS, Config, Kernel
 
@@ -53,7 +56,7 @@ NEAREST_MAX_DISTANCE = 3.0  # e.g. 8x along one dimension, or 2x along all three
 class Choice:
     family: str
     config: dict
-    source: str  # exact | measured | nearest | model | default
+    source: str  # exact | few-rows | measured | nearest | model | default
     device: str  # this GPU
     tuned_shape: tuple[int, int, int] | None = None  # the shape the config was tuned for
     distance: float | None = None  # shape_distance to tuned_shape
@@ -66,6 +69,10 @@ class Choice:
     #: for sources "measured" and "model": what the pick rests on (the measured shapes and how the
     #: config fared there; the row its tile comes from and the predicted time)
     basis: str | None = None
+    #: C's last rows that a product of their own computes (autotune.operands.peeled_rows); 0: none
+    peel: int = 0
+    #: the config of that product, as lookup picks it for a (peel x N x K) product
+    rest: "Choice | None" = None
 
 
 @dataclass(frozen=True)
@@ -74,9 +81,24 @@ class _Plan:
 
     shape: tuple[int, int]  # of C
     dtype: np.dtype
-    launch: Callable  # the configured kernel: launch(A, B, C) on the default stream
-    kernel: Kernel
     layout: str
+    #: (first row of C, rows, kernel, its launch on the default stream) per product: C's last rows
+    #: as a product of their own where lookup peels them (Choice.peel)
+    parts: tuple
+
+    @property
+    def kernel(self) -> Kernel:
+        """The kernel of C's first rows (of all of them unless some are peeled)."""
+        return self.parts[0][2]
+
+    def launch(self, a, b, c, stream=None) -> None:
+        """C = A @ B from A and B as stored; on the default stream, or on a Numba `stream`."""
+        for first, rows, kernel, default in self.parts:
+            if rows != self.shape[0]:  # A's rows are rows in memory (peeled_rows): views of them
+                a_part, c_part = a[first:first + rows], c[first:first + rows]
+            else:
+                a_part, c_part = a, c
+            (default if stream is None else kernel.launcher(rows, self.shape[1], stream))(a_part, b, c_part)
 
 
 _choices: dict[tuple, Choice] = {}
@@ -107,7 +129,10 @@ def lookup(m: int, n: int, k: int, dtype: str = "float32", device: Device | None
     key = (m, n, k, dtype, device, layout, deterministic)
     choice = _choices.get(key)
     if choice is None:
-        choice = _choices[key] = _find(m, n, k, dtype, device, layout, deterministic)
+        found = _find(m, n, k, dtype, device, layout, deterministic)
+        peel = peeled_rows(m, found.config, layout)
+        rest = lookup(peel, n, k, dtype, device, layout, deterministic) if peel else None
+        choice = _choices[key] = replace(found, peel=peel, rest=rest)
     return choice
 
 
@@ -135,6 +160,10 @@ def _find(m: int, n: int, k: int, dtype: str, device: Device, layout: str = "NN"
             ranked.append((order, origin, row, match, distance, is_stale))
     best = min(ranked, key=lambda entry: entry[0]) if ranked else None
     if best is None or best[4] > 0:
+        few = few_rows_guess(m, n, k, dtype, GpuLimits.for_cc(device.cc), device.sm_count, deterministic)
+        if few is not None:
+            return Choice(few.family, few.params, "few-rows", device.name,
+                          basis=f"{m} rows: the 16-row tile, K split {few.params.get('splits', 1)} ways")
         measured = _measured(m, n, k, dtype, device, deterministic)
         if measured is not None:
             return measured
@@ -264,10 +293,7 @@ def matmul(A, B, out=None, stream=None, deterministic=False):
     if not dC.is_c_contiguous():
         raise OperandError("C is not C-contiguous; pass a C-contiguous out")
     a, b = (dA.T if plan.layout[0] == "T" else dA), (dB.T if plan.layout[1] == "T" else dB)  # as stored
-    if stream:
-        plan.kernel.launcher(*plan.shape, _numba_stream(stream))(a, b, dC)
-    else:
-        plan.launch(a, b, dC)
+    plan.launch(a, b, dC, _numba_stream(stream) if stream else None)
     return out
 
 
@@ -288,8 +314,18 @@ def _plan(dA, dB, deterministic: bool = False) -> _Plan:
     ("T", F-contiguous in Numba's terms) is passed as the array it transposes."""
     m, n, k, dtype = check_shapes(dA, dB)
     layout = arrays_layout(dA, dB)
-    kernel = kernel_for(lookup(m, n, k, dtype, layout=layout, deterministic=deterministic), dtype, (m, n, k), layout)
-    return _Plan((m, n), np.dtype(dtype), kernel.launcher(m, n), kernel, layout)
+    return _Plan((m, n), np.dtype(dtype), layout, _parts(m, n, k, dtype, layout, deterministic))
+
+
+def _parts(m: int, n: int, k: int, dtype: str, layout: str, deterministic: bool) -> tuple:
+    """_Plan.parts: lookup's kernel for the product, or for its first rows and, for the rows it
+    peels, the kernel lookup picks for a product of those rows."""
+    choice = lookup(m, n, k, dtype, layout=layout, deterministic=deterministic)
+    main = m - choice.peel
+    parts = [(0, main, kernel_for(choice, dtype, (m, n, k), layout))]
+    if choice.peel:
+        parts.append((main, choice.peel, kernel_for(choice.rest, dtype, (choice.peel, n, k), layout)))
+    return tuple((first, rows, kernel, kernel.launcher(rows, n)) for first, rows, kernel in parts)
 
 
 def _host_matmul(A: np.ndarray, B: np.ndarray, out, deterministic: bool = False):
@@ -300,8 +336,8 @@ def _host_matmul(A: np.ndarray, B: np.ndarray, out, deterministic: bool = False)
     require_device_memory((m * k + k * n + m * n) * A.dtype.itemsize)
     backend = backends.current()
     dC = backend.empty((m, n), A.dtype)
-    kernel = kernel_for(lookup(m, n, k, dtype, deterministic=deterministic), dtype, (m, n, k))
-    kernel.launcher(m, n)(backend.to_device(np.ascontiguousarray(A)), backend.to_device(np.ascontiguousarray(B)), dC)
+    plan = _Plan((m, n), A.dtype, "NN", _parts(m, n, k, dtype, "NN", deterministic))
+    plan.launch(backend.to_device(np.ascontiguousarray(A)), backend.to_device(np.ascontiguousarray(B)), dC)
     if out is None:
         return dC.copy_to_host()
     if out.flags.c_contiguous:

@@ -257,6 +257,27 @@ def wave_splits(m: int, n: int, k: int, tile: dict, sm_count: int, waves: int = 
     return splits
 
 
+#: products of fewer rows than the smallest tile (M < MIN_FIT_SIDE: a batch of a few, or the rows
+#: left over by autotune.operands.peeled_rows): a 16-row tile of which only the first rows hold C, B fetched through
+#: registers 16 bytes at a time, and K split for FEW_ROWS_WAVES waves of blocks of at least
+#: FEW_ROWS_STEPS k-steps each (studies/step33_rows.py)
+FEW_ROWS_TILE = {"bm": 16, "bn": 128, "bk": 16, "tm": 4, "tn": 8, "pad": 4, "stages": 1, "unroll": True,
+                 "fragments": 1, "wide_fetch": True, "async_copy": False, "min_blocks": 1}
+FEW_ROWS_WAVES, FEW_ROWS_STEPS = 3, 2
+
+
+def few_rows_guess(m: int, n: int, k: int, dtype: str, limits: DeviceLimits, sm_count: int,
+                   deterministic: bool = False) -> Config | None:
+    """The rule's config for a product of M < MIN_FIT_SIDE rows: FEW_ROWS_TILE with K split by
+    wave arithmetic (not split where `deterministic`); None for other shapes or where it cannot
+    run."""
+    if m >= MIN_FIT_SIDE or not sm_count:
+        return None
+    splits = 1 if deterministic else wave_splits(m, n, k, FEW_ROWS_TILE, sm_count, FEW_ROWS_WAVES, FEW_ROWS_STEPS)
+    config = Config.of("splitk", {**FEW_ROWS_TILE, "splits": splits}) if splits > 1 else Config.of("vector", FEW_ROWS_TILE)
+    return config if infeasibility(config.family, config.params, dtype, limits) is None else None
+
+
 #: stream-K blocks per SM of a tuned tile's twin (stream_twin) and of the measured table's "stream"
 #: candidates (kernels.streamk): two blocks of a tile share an SM where one would leave it
 #: latency-bound

@@ -53,6 +53,18 @@ def test_results_through_the_driver_are_exact(shape, dtype, rng):
     assert_exact(out, A, B, dtype)
 
 
+@pytest.mark.parametrize("shape", [(257, 5003, 1031), (129, 256, 64), (65, 40, 33)])
+def test_the_last_rows_peeled_off_are_computed_and_the_rest_left_alone(shape, rng):
+    m, n, k = shape
+    store.remember(torch.cuda.get_device_name(0), "float32", shape, "vector", {**kernels.family("vector").default, "bm": 64})
+    A, B, tA, tB = operands(*shape, "float32", rng)
+    out = torch.full((m, n), float("nan"), device="cuda:0")
+    calls.matmul(tA, tB, out=out)
+    plan = next(iter(calls._plans.values())).plan
+    assert isinstance(plan, launch.RowParts) and len(plan.parts) == 2
+    assert_exact(out, A, B, "float32")
+
+
 def test_split_k_zeroes_c_before_adding(rng):
     shape = (96, 80, 640)
     store.remember(torch.cuda.get_device_name(0), "float32", shape, "splitk", kernels.family("splitk").default)

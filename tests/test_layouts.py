@@ -20,7 +20,7 @@ from autotune.cache import Cache, RecordsError, validate_records
 from autotune.fleet import parse_study_name
 from autotune.measure import error_bound, random_inputs, reference, relative_error, verify
 from autotune.operands import (
-    Operand, OperandError, check_product, memory_shapes, offset_bits, read_cai, read_torch, unaligned_rows,
+    Operand, OperandError, check_product, memory_shapes, offset_bits, peeled_rows, read_cai, read_torch, unaligned_rows,
 )
 from autotune.study import space_hash, study_name
 from test_launch import FakeTensor
@@ -115,6 +115,42 @@ def test_a_plan_packs_the_memory_shapes_and_builds_for_the_layout_and_offsets(mo
     device.attribute = {"CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT": 132}.get
     plan = calls.entry_plan(device, streamed, 5_000_000, 16, 16, "float32", "TN")
     assert plan.grid == (264, 1, 1) and plan.zero_words == 5_000_000 * 16  # stream-K: 2 blocks per SM, C zeroed
+
+
+def test_a_few_rows_past_whole_tile_rows_are_peeled_where_their_tile_row_is_a_large_share():
+    tile = {"bm": 64}
+    assert [peeled_rows(m, tile) for m in (65, 129, 257, 260, 513)] == [1, 1, 1, 4, 1]
+    assert peeled_rows(261, tile) == 0  # more than BM / 16 rows
+    assert peeled_rows(1025, tile) == 0  # 16 tile rows: the 17th is a small share
+    assert [peeled_rows(m, tile) for m in (64, 256, 33, 1)] == [0, 0, 0, 0]  # whole tile rows, or one tile
+    assert peeled_rows(257, tile, "NT") == 1 and peeled_rows(257, tile, "TN") == 0  # A's rows must be rows in memory
+    assert peeled_rows(129, {"bm": 128}) == 1 and peeled_rows(33, {"bm": 32}) == 0 and peeled_rows(257, {"tpb": 16}) == 0
+
+
+def test_a_peeled_plan_launches_the_first_rows_then_the_rest_on_their_rows_of_a_and_c(monkeypatch):
+    entries = {257: types.SimpleNamespace(key="main", cubin=b"", name="f", dynamic_shared=0, tile=(64, 128), splits=1,
+                                          workers_per_sm=0, adds=False, block=(128,)),
+               1: types.SimpleNamespace(key="rest", cubin=b"", name="g", dynamic_shared=0, tile=(16, 128), splits=16,
+                                        workers_per_sm=0, adds=True, block=(64,))}
+    configs = {257: ("vector", {"bm": 64}), 1: ("splitk", {"bm": 16, "splits": 16})}
+    monkeypatch.setattr(calls, "find_entry", lambda gpu, m, n, k, dtype, layout, deterministic=False: (*configs[m], entries[m]))
+    monkeypatch.setattr(calls, "_identity", lambda device: None)
+    monkeypatch.setattr(calls, "_loaded", {})
+    monkeypatch.setattr(launch, "capturing", lambda stream: False)
+    monkeypatch.setattr(launch, "load", lambda cubin, name, shared: launch.LoadedKernel(None, name, shared))
+    launched = []
+    monkeypatch.setattr(launch.Plan, "launch", lambda plan, a, b, c, stream: launched.append((plan.kernel, a, b, c, stream)))
+    device = types.SimpleNamespace(enter=lambda: None, leave=lambda previous: None, ordinal=0)
+    m, n, k = 257, 5003, 1031
+    plan, family, config = calls._plan(device, "cai", Operand(1, (m, k), None, np.dtype("float32"), 0), 0, m, n, k,
+                                       "float32", "NN")
+    assert isinstance(plan, launch.RowParts) and (family, config) == configs[257]
+    (main, *_), (rest, *_) = plan.parts
+    assert main.words == launch.pack_arguments([(256, k), (k, n), (256, n)], 4)[0] and main.grid == (4 * 40, 1, 1)
+    assert rest.words == launch.pack_arguments([(1, k), (k, n), (1, n)], 4)[0] and rest.grid == (40, 16, 1)
+    assert (main.zero_words, rest.zero_words) == (0, n)  # the rest adds into its own row of C alone
+    plan.launch(1000, 2000, 3000, 7)
+    assert launched == [("f", 1000, 2000, 3000, 7), ("g", 1000 + 256 * k * 4, 2000, 3000 + 256 * n * 4, 7)]
 
 
 def test_find_entry_remembers_and_builds_per_layout_offset_width_and_alignment(monkeypatch, tmp_path):

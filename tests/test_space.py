@@ -4,6 +4,7 @@ import pytest
 import kernels
 from autotune.space import (
     DMMA_TILE,
+    FEW_ROWS_TILE,
     STREAM_WORKERS,
     TF32X3_TILE,
     DeviceLimits,
@@ -11,6 +12,7 @@ from autotune.space import (
     default_config,
     families_for,
     feasible_configs,
+    few_rows_guess,
     infeasibility,
     fit_tile,
     policy_splits,
@@ -284,3 +286,16 @@ def test_a_tile_families_config_has_a_stream_k_twin():
     assert twin.family == "streamk" and twin.params == {**default_config("vector"), "workers_per_sm": STREAM_WORKERS}
     assert stream_twin(Config.of("vector", default_config("vector"))) == twin
     assert stream_twin(Config.of("tf32x3", default_config("tf32x3"))) is None
+
+
+def test_products_of_a_few_rows_get_the_16_row_tile_with_k_split_for_three_waves():
+    limits = GpuLimits.for_cc("9.0")
+    guess = few_rows_guess(1, 5003, 1031, "float32", limits, 132)
+    assert guess == Config.of("splitk", {**FEW_ROWS_TILE, "splits": 16})  # 40 tiles x 16 >= 3 waves of 132
+    assert few_rows_guess(4, 1024, 4096, "float32", limits, 132).params["splits"] == 64
+    assert few_rows_guess(9, 1555, 333, "float32", limits, 132).params["splits"] == 8  # 2 k-steps a split
+    assert few_rows_guess(1, 5003, 1031, "float32", limits, 132, deterministic=True) == Config.of("vector", FEW_ROWS_TILE)
+    assert few_rows_guess(15, 64, 40, "float32", limits, 132) == Config.of("vector", FEW_ROWS_TILE)  # K too short to split
+    assert few_rows_guess(16, 5003, 1031, "float32", limits, 132) is None  # a whole 16-row tile: lookup's other steps
+    assert few_rows_guess(1, 5003, 1031, "float32", limits, 0) is None  # SM count unknown
+    assert few_rows_guess(1, 5003, 1031, "float32", GpuLimits.for_cc("8.0"), 108) is None  # no 16-byte float32 adds
