@@ -258,9 +258,9 @@ def wave_splits(m: int, n: int, k: int, tile: dict, sm_count: int, waves: int = 
 
 
 #: products of fewer rows than the smallest tile (M < MIN_FIT_SIDE: a batch of a few, or the rows
-#: left over by autotune.operands.peeled_rows): a 16-row tile of which only the first rows hold C, B fetched through
-#: registers 16 bytes at a time, and K split for FEW_ROWS_WAVES waves of blocks of at least
-#: FEW_ROWS_STEPS k-steps each (studies/step33_rows.py)
+#: left over by autotune.operands.peeled_rows): a 16-row tile of which only the first rows hold C,
+#: B fetched through registers 16 bytes at a time, and K split for FEW_ROWS_WAVES waves of blocks
+#: of at least FEW_ROWS_STEPS k-steps each (studies/step33_rows.py)
 FEW_ROWS_TILE = {"bm": 16, "bn": 128, "bk": 16, "tm": 4, "tn": 8, "pad": 4, "stages": 1, "unroll": True,
                  "fragments": 1, "wide_fetch": True, "async_copy": False, "min_blocks": 1}
 FEW_ROWS_WAVES, FEW_ROWS_STEPS = 3, 2
