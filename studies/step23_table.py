@@ -131,6 +131,18 @@ def operands(torch, m: int, n: int, k: int, dtype: str, seed: int) -> Operands:
     return Operands(A, B, torch.empty((m, n), device="cuda", dtype=kind), rows, expected, error_bound(dtype, k))
 
 
+def graph_calls(torch, call) -> int:
+    """How many calls one CUDA graph sample holds: about GRAPH_SAMPLE_SECONDS of them, by one call
+    timed on CUDA events."""
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    call()
+    stop.record()
+    stop.synchronize()
+    once = max(start.elapsed_time(stop) * 1e-3, 1e-6)
+    return max(1, min(MAX_GRAPH_CALLS, round(GRAPH_SAMPLE_SECONDS / once)))
+
+
 def timed(device: TorchDevice, call, ops: Operands) -> tuple[float | None, str | None, float]:
     """Median seconds per call over CUDA-graph samples, or None and why; and the product's
     relative error."""
@@ -141,14 +153,7 @@ def timed(device: TorchDevice, call, ops: Operands) -> tuple[float | None, str |
     error = ops.error(device.to_host(ops.C))
     if not error <= ops.bound:
         return None, f"wrong product: relative error {error:.2e} > {ops.bound:.2e}", error
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    call()
-    stop.record()
-    stop.synchronize()
-    once = max(start.elapsed_time(stop) * 1e-3, 1e-6)
-    calls = max(1, min(MAX_GRAPH_CALLS, round(GRAPH_SAMPLE_SECONDS / once)))
-    timer = device.kernel_timer(call, ops, calls)
+    timer = device.kernel_timer(call, ops, graph_calls(torch, call))
     return statistics.median(timer.sample() for _ in range(SAMPLES)), None, error
 
 

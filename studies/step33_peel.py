@@ -86,20 +86,13 @@ def _timed_unchecked(device, call):
     """A part alone does not compute the product: timed as `timed` does, without the check."""
     import statistics
 
-    from step23_table import SAMPLES
-
-    from autotune.peers import GRAPH_SAMPLE_SECONDS, MAX_GRAPH_CALLS
+    from step23_table import SAMPLES, graph_calls
 
     torch = device.torch
     call()
     device.sync()
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    call()
-    stop.record()
-    stop.synchronize()
-    once = max(start.elapsed_time(stop) * 1e-3, 1e-6)
-    calls = max(1, min(MAX_GRAPH_CALLS, round(GRAPH_SAMPLE_SECONDS / once)))
+    calls = graph_calls(torch, call)
     graph = torch.cuda.CUDAGraph()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
