@@ -3,8 +3,11 @@
 Where a config comes from: the rows of the local cache and the records shipped in the package,
 for this dtype, ranked in this order (the first that fits wins):
   1. exact    a row for this (M, N, K)
-     few-rows a product of fewer rows than the smallest tile: the rule's 16-row tile with K split
-              by wave arithmetic (autotune.space.few_rows_guess)
+     few-rows a product of fewer rows than the smallest tile: B streamed once (the gemv family)
+              for a few rows of float32, else the rule's 16-row tile, K split by the rule
+              (autotune.space.few_rows_guess)
+     small-k  a float32 product of a short K (a few k-steps), no skinny side and a C of a few
+              tiles an SM: the rule's 64x64 tile (autotune.space.small_k_guess)
   2. measured the candidate that the nearest shapes of a shipped measured table rate best
               (autotune.neighbours), where a table of this dtype and architecture ships
   3. nearest  a row for the tuned shape closest by autotune.cache.shape_distance (log2 scale;
@@ -45,7 +48,7 @@ from autotune.cache import Cache, CacheError, shape_distance, stale
 from autotune.model import predict, similar_load
 from autotune.operands import OperandError, arrays_layout, check_shapes, peeled_rows
 from autotune.records import ANOTHER_ARCHITECTURE, GPU_MATCHES, closest_table, gpu_rank
-from autotune.space import DEFAULT_FAMILY, GpuLimits, default_config, few_rows_guess, infeasibility
+from autotune.space import DEFAULT_FAMILY, GpuLimits, default_config, few_rows_guess, infeasibility, small_k_guess
 from autotune.store import adds_into_c
 from kernels import DTYPES, LAYOUTS, Config, Kernel
 
@@ -56,7 +59,7 @@ NEAREST_MAX_DISTANCE = 3.0  # e.g. 8x along one dimension, or 2x along all three
 class Choice:
     family: str
     config: dict
-    source: str  # exact | few-rows | measured | nearest | model | default
+    source: str  # exact | few-rows | small-k | measured | nearest | model | default
     device: str  # this GPU
     tuned_shape: tuple[int, int, int] | None = None  # the shape the config was tuned for
     distance: float | None = None  # shape_distance to tuned_shape
@@ -160,10 +163,16 @@ def _find(m: int, n: int, k: int, dtype: str, device: Device, layout: str = "NN"
             ranked.append((order, origin, row, match, distance, is_stale))
     best = min(ranked, key=lambda entry: entry[0]) if ranked else None
     if best is None or best[4] > 0:
-        few = few_rows_guess(m, n, k, dtype, GpuLimits.for_cc(device.cc), device.sm_count, deterministic)
+        limits = GpuLimits.for_cc(device.cc)
+        few = few_rows_guess(m, n, k, dtype, limits, device.sm_count, deterministic, layout)
         if few is not None:
+            tile = "B streamed once (gemv)" if few.family == "gemv" else "the 16-row tile"
             return Choice(few.family, few.params, "few-rows", device.name,
-                          basis=f"{m} rows: the 16-row tile, K split {few.params.get('splits', 1)} ways")
+                          basis=f"{m} rows: {tile}, K split {few.params.get('splits', 1)} ways")
+        short = small_k_guess(m, n, k, dtype, limits, device.sm_count)
+        if short is not None:
+            return Choice(short.family, short.params, "small-k", device.name,
+                          basis=f"K = {k}: the 64x64 tile, BK {short.params['bk']}")
         measured = _measured(m, n, k, dtype, device, deterministic)
         if measured is not None:
             return measured

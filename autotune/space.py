@@ -97,12 +97,13 @@ def feasible_configs(family: str, dtype: str, limits: DeviceLimits) -> list[dict
             if entry.restrict(c, dtype, limits) is None and arch_infeasibility(family, c, dtype, cc) is None]
 
 
-def families_for(dtype: str, cc: str | None = None) -> list[str]:
+def families_for(dtype: str, cc: str | None = None, m: int | None = None) -> list[str]:
     """The families whose kernels multiply `dtype` (whose restriction takes their default config
-    in it) on a GPU of compute capability `cc` (None or "": any; runs_on), in kernels.FAMILIES
-    order: what a tune searches unless told."""
+    in it) on a GPU of compute capability `cc` (None or "": any; runs_on), for products of `m`
+    rows (None: any; ROW_FAMILIES), in kernels.FAMILIES order: what a tune searches unless told."""
     return [name for name, entry in kernels.FAMILIES.items()
-            if entry.restrict(entry.default, dtype, DeviceLimits()) is None and runs_on(name, dtype, cc)]
+            if entry.restrict(entry.default, dtype, DeviceLimits()) is None and runs_on(name, dtype, cc)
+            and (m is None or m <= ROW_FAMILIES.get(name, m))]
 
 
 def runs_on(family: str, dtype: str, cc: str | None) -> bool:
@@ -264,17 +265,63 @@ def wave_splits(m: int, n: int, k: int, tile: dict, sm_count: int, waves: int = 
 FEW_ROWS_TILE = {"bm": 16, "bn": 128, "bk": 16, "tm": 4, "tn": 8, "pad": 4, "stages": 1, "unroll": True,
                  "fragments": 1, "wide_fetch": True, "async_copy": False, "min_blocks": 1}
 FEW_ROWS_WAVES, FEW_ROWS_STEPS = 3, 2
+#: float32 products of at most GEMV_MAX_ROWS rows stream B once through the gemv family instead
+#: (studies/step34_gemv.py), its tile by how B lies (B[1] of the layout: "N", its rows in memory;
+#: "T", its columns), K split into the most shares (a power of 2) that keep GEMV_SPLIT_K[B] k's
+#: each within GEMV_WAVES blocks per SM
+GEMV_MAX_ROWS = 4
+GEMV_TILES = {"N": {"cols": 64, "threads": 256, "unroll": 4}, "T": {"cols": 32, "threads": 256, "unroll": 4}}
+GEMV_SPLIT_K = {"N": 128, "T": 512}
+GEMV_WAVES = 8
+#: families searched only for products of at most this many rows (a tune of more would time
+#: kernels that read B once per few rows)
+ROW_FAMILIES = {"gemv": 16}
 
 
 def few_rows_guess(m: int, n: int, k: int, dtype: str, limits: DeviceLimits, sm_count: int,
-                   deterministic: bool = False) -> Config | None:
-    """The rule's config for a product of M < MIN_FIT_SIDE rows: FEW_ROWS_TILE with K split by
-    wave arithmetic (not split where `deterministic`); None for other shapes or where it cannot
-    run."""
+                   deterministic: bool = False, layout: str = "NN") -> Config | None:
+    """The rule's config for a product of M < MIN_FIT_SIDE rows in `layout`: the gemv tile for
+    float32 products of at most GEMV_MAX_ROWS rows, else FEW_ROWS_TILE, with K split by the rule
+    (not split where `deterministic`); None for other shapes or where it cannot run."""
     if m >= MIN_FIT_SIDE or not sm_count:
         return None
-    splits = 1 if deterministic else wave_splits(m, n, k, FEW_ROWS_TILE, sm_count, FEW_ROWS_WAVES, FEW_ROWS_STEPS)
-    config = Config.of("splitk", {**FEW_ROWS_TILE, "splits": splits}) if splits > 1 else Config.of("vector", FEW_ROWS_TILE)
+    if m <= GEMV_MAX_ROWS and dtype == "float32":
+        b = layout[1]
+        tile = {**GEMV_TILES[b], "rows": 1 << (m - 1).bit_length()}
+        tiles = -(-n // tile["cols"])
+        splits = 1
+        while (not deterministic and splits < MAX_SPLITS and k >= 2 * splits * GEMV_SPLIT_K[b]
+               and tiles * splits * 2 <= GEMV_WAVES * sm_count):
+            splits *= 2
+        config = Config.of("gemv", {**tile, "splits": splits})
+    else:
+        splits = 1 if deterministic else wave_splits(m, n, k, FEW_ROWS_TILE, sm_count, FEW_ROWS_WAVES, FEW_ROWS_STEPS)
+        config = Config.of("splitk", {**FEW_ROWS_TILE, "splits": splits}) if splits > 1 else Config.of("vector", FEW_ROWS_TILE)
+    return config if infeasibility(config.family, config.params, dtype, limits) is None else None
+
+
+#: products whose K is a few k-steps (K <= SMALL_K, both sides wider than SKINNY) and whose C makes
+#: at most SMALL_K_TILES_PER_SM of these tiles an SM: a 64x64 tile of 128 threads through
+#: registers, so that several blocks share an SM and hide the short k-loop's latency and C's
+#: stores, with BK 16 or 8, whichever pads K less (studies/step34_smallk.py); a larger C is
+#: bound by its stores, which the measured table's bigger tiles make faster
+SMALL_K = 64
+SMALL_K_TILES_PER_SM = 24
+SMALL_K_TILE = {"bm": 64, "bn": 64, "tm": 8, "tn": 4, "pad": 4, "stages": 1, "unroll": True, "fragments": 1,
+                "wide_fetch": True, "async_copy": False, "min_blocks": 1}
+SMALL_K_STEPS = (16, 8)
+
+
+def small_k_guess(m: int, n: int, k: int, dtype: str, limits: DeviceLimits, sm_count: int) -> Config | None:
+    """The rule's config for a float32 product of K <= SMALL_K whose sides are both wider than
+    SKINNY and whose C fits SMALL_K_TILES_PER_SM tiles an SM: SMALL_K_TILE with the BK of
+    SMALL_K_STEPS that leaves the fewest zeros in the last k-step (the first on a tie); None for
+    other products, an unknown SM count, or where it cannot run."""
+    tiles = -(-m // SMALL_K_TILE["bm"]) * -(-n // SMALL_K_TILE["bn"])
+    if dtype != "float32" or k > SMALL_K or min(m, n) <= SKINNY or tiles > SMALL_K_TILES_PER_SM * sm_count:
+        return None
+    bk = min(SMALL_K_STEPS, key=lambda step: -k % step)
+    config = Config.of("vector", {**SMALL_K_TILE, "bk": bk})
     return config if infeasibility(config.family, config.params, dtype, limits) is None else None
 
 

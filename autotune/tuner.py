@@ -94,10 +94,10 @@ class TuneRequest:
 
     def families_on(self, cc: str | None) -> list[str]:
         """The families searched on a GPU of compute capability `cc`: those asked for, or every
-        family that multiplies the dtype there (space.families_for). Asking for a family whose
+        family that multiplies the dtype there for M rows (space.families_for). Asking for a family whose
         instructions the GPU lacks (space.runs_on) is a TuneError."""
         if self.families is None:
-            return families_for(self.dtype, cc)
+            return families_for(self.dtype, cc, self.m)
         missing = [f for f in self.families if not runs_on(f, self.dtype, cc)]
         if missing:
             raise TuneError(f"this GPU (compute capability {cc}) lacks instructions that {self.dtype} kernels of "

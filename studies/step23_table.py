@@ -93,17 +93,19 @@ def training_jobs(shapes: list[tuple], sm_count: int) -> list[dict]:
 
 
 def build_key(j: dict) -> tuple:
-    """What a job's kernel is built as: for its shape, or for the operands a job's `unaligned` names."""
+    """What a job's kernel is built as: for its shape and layout (a job's "layout", default NN),
+    or for the operands a job's `unaligned` names."""
     m, n, k = j["shape"]
+    layout = j.get("layout", "NN")
     return (j["family"], json.dumps(j["params"], sort_keys=True), j["dtype"], offset_bits(m, n, k),
-            j.get("unaligned", unaligned_rows(m, n, k, "NN", j["dtype"])))
+            j.get("unaligned", unaligned_rows(m, n, k, layout, j["dtype"])), layout)
 
 
 def _build(key: tuple, root: str) -> tuple[tuple, str | None, float]:
-    family, params, dtype, bits, unaligned = key
+    family, params, dtype, bits, unaligned, layout = key
     started = time.perf_counter()
     try:
-        store.get(family, json.loads(params), dtype, ARCH, Path(root), "NN", bits, unaligned)
+        store.get(family, json.loads(params), dtype, ARCH, Path(root), layout, bits, unaligned)
         return key, None, time.perf_counter() - started
     except Exception as error:  # noqa: BLE001 - a config that does not build is reported, not fatal
         return key, str(error).splitlines()[0][:300], time.perf_counter() - started
@@ -120,11 +122,13 @@ def build_all(jobs: list[dict], root: Path, workers: int) -> dict[tuple, str | N
     return {key: error for key, error, _ in results}
 
 
-def operands(torch, m: int, n: int, k: int, dtype: str, seed: int) -> Operands:
+def operands(torch, m: int, n: int, k: int, dtype: str, seed: int, layout: str = "NN") -> Operands:
+    """Random A and B, each a transposed view of a C-contiguous array where `layout` says "T"."""
     kind = getattr(torch, dtype)
     generator = torch.Generator(device="cuda").manual_seed(seed)
-    A = torch.randn((m, k), generator=generator, device="cuda", dtype=kind)
-    B = torch.randn((k, n), generator=generator, device="cuda", dtype=kind)
+    A = torch.randn((k, m) if layout[0] == "T" else (m, k), generator=generator, device="cuda", dtype=kind)
+    B = torch.randn((n, k) if layout[1] == "T" else (k, n), generator=generator, device="cuda", dtype=kind)
+    A, B = (A.T if layout[0] == "T" else A), (B.T if layout[1] == "T" else B)
     rows = checked_rows(m, n, k, np.random.default_rng(seed))
     A_rows = A[torch.as_tensor(rows, device=A.device)] if isinstance(rows, np.ndarray) else A
     expected = reference(A_rows.cpu().numpy(), B.cpu().numpy())
@@ -167,10 +171,10 @@ def time_job(device: TorchDevice, gpu, root: Path, failed: dict, j: dict, ops: O
     j["error"] = failed.get(build_key(j))
     if j["error"]:
         return
-    family, params, dtype, bits, unaligned = build_key(j)
-    entry = store.read(store.key_parts(family, json.loads(params), dtype, ARCH, root, "NN", bits, unaligned), root)
+    family, params, dtype, bits, unaligned, layout = build_key(j)
+    entry = store.read(store.key_parts(family, json.loads(params), dtype, ARCH, root, layout, bits, unaligned), root)
     m, n, k = j["shape"]
-    plan = calls.entry_plan(gpu, entry, m, n, k, dtype)
+    plan = calls.entry_plan(gpu, entry, m, n, k, dtype, layout)
     j["registers"] = entry.header.get("registers")
     seconds, j["error"], j["relative_error"] = timed(
         device, lambda: plan.launch(ops.A.data_ptr(), ops.B.data_ptr(), ops.C.data_ptr(),
@@ -179,8 +183,8 @@ def time_job(device: TorchDevice, gpu, root: Path, failed: dict, j: dict, ops: O
 
 
 def timed_shapes(device: TorchDevice, jobs: list[dict], root: Path, failed: dict, deadline: float):
-    """Per shape and dtype of `jobs`, in order: cuBLAS and then every job timed on one set of
-    operands (time_job); yields ((shape, dtype), jobs, cuBLAS GFLOPS or None, seconds taken,
+    """Per shape, dtype and layout (a job's "layout", default NN) of `jobs`, in order: cuBLAS and
+    then every job timed on one set of operands (time_job); yields ((shape, dtype), jobs, cuBLAS GFLOPS or None, seconds taken,
     cuBLAS's relative error).
     Starts no shape after `deadline` (time.perf_counter)."""
     import torch
@@ -190,14 +194,14 @@ def timed_shapes(device: TorchDevice, jobs: list[dict], root: Path, failed: dict
     gpu = launch.device(torch.cuda.current_device())
     by_shape: dict[tuple, list[dict]] = {}
     for j in jobs:
-        by_shape.setdefault((tuple(j["shape"]), j["dtype"]), []).append(j)
-    for index, ((shape, dtype), group) in enumerate(by_shape.items()):
+        by_shape.setdefault((tuple(j["shape"]), j["dtype"], j.get("layout", "NN")), []).append(j)
+    for index, ((shape, dtype, layout), group) in enumerate(by_shape.items()):
         if time.perf_counter() > deadline:
             print(f"time is up: {len(by_shape) - index} shapes not timed", flush=True)
             return
         started = time.perf_counter()
         m, n, k = shape
-        ops = operands(torch, m, n, k, dtype, seed=index)
+        ops = operands(torch, m, n, k, dtype, seed=index, layout=layout)
         blas, _, blas_error = timed(device, lambda: torch.matmul(ops.A, ops.B, out=ops.C), ops)
         for j in group:
             time_job(device, gpu, root, failed, j, ops)

@@ -64,8 +64,8 @@ def timed_variant(device, gpu, root: Path, parts: list[dict], ops, shape: tuple)
     m, n, k = shape
     plans = []
     for j in parts:
-        family, params, dtype, bits, unaligned = build_key(j)
-        entry = store.read(store.key_parts(family, json.loads(params), dtype, ARCH, root, "NN", bits, unaligned), root)
+        family, params, dtype, bits, unaligned, layout = build_key(j)
+        entry = store.read(store.key_parts(family, json.loads(params), dtype, ARCH, root, layout, bits, unaligned), root)
         pm = j["shape"][0]
         plans.append((calls.entry_plan(gpu, entry, pm, n, k, dtype), j["first_row"] * k * 4, j["first_row"] * n * 4))
 

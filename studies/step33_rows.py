@@ -44,7 +44,9 @@ def candidates(shape: tuple) -> list[dict]:
     return jobs
 
 
-def main() -> None:
+def main(candidates=candidates) -> None:
+    """Builds and times `candidates(shape)` at each --shapes shape; prints each shape's best six
+    and lookup's pick; writes the JSON after every shape."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--shapes", nargs="+", required=True)

@@ -17,7 +17,7 @@ from autotune.space import families_for
 from kernels.dmma import warp_tiles
 from kernels.warp_mma import SHAPES, counts
 
-SAMPLES = {"naive": 4, "shared": 9, "register": 10, "vector": 8, "splitk": 4, "streamk": 2, "dmma": 8, "tf32x3": 6}  # shared: its whole space
+SAMPLES = {"naive": 4, "shared": 9, "register": 10, "vector": 8, "splitk": 4, "streamk": 2, "dmma": 8, "tf32x3": 6, "gemv": 4}  # shared: its whole space
 CHILD = """
 import json, sys
 import kernels
@@ -26,12 +26,12 @@ from kernels.resources import ptx
 family, dtype, count, part, parts = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
 configs = sample_configs(family, dtype, DeviceLimits(), count, seed=hash((family, dtype)) % 1000)[part::parts]
 for result in compile_check(family, configs, dtype, DeviceLimits()):
-    text = ptx(kernels.build(family, result.config, dtype)) if family in ("vector", "splitk", "streamk", "dmma", "tf32x3") else ""
+    text = ptx(kernels.build(family, result.config, dtype)) if family in ("vector", "splitk", "streamk", "dmma", "tf32x3", "gemv") else ""
     print(json.dumps({"config": result.config, "resources": result.resources, "error": result.error,
                       "mma": text.count("mma.sync.aligned."),
                       "tf32_mma": text.count(f"mma.sync.aligned.{result.config.get('mma')}.row.col.f32.tf32.tf32.f32"),
                       "tf32_rounding": text.count("cvt.rna.tf32.f32"),
-                      "vector_loads": text.count("ld.shared.v"), "atomic_adds": text.count("red.global.add") + text.count("atom.global.add"),
+                      "vector_loads": text.count("ld.shared.v"), "global_vector_loads": text.count("ld.global.v"), "atomic_adds": text.count("red.global.add") + text.count("atom.global.add"),
                       "scalar_shared_loads": sum(text.count(f"ld.shared.{t}") for t in ("f32", "f64", "u32", "b32"))}))
 """
 
@@ -63,6 +63,8 @@ def test_accepted_configs_compile_for_sm90(family, dtype):
     if family in ("vector", "splitk", "streamk"):
         assert all(r["vector_loads"] and not r["scalar_shared_loads"] for r in results), results
         assert all(bool(r["atomic_adds"]) == (family != "vector") for r in results), results
+    if family == "gemv":  # B streamed 16 bytes a load where its rows are aligned; adds only when K is split
+        assert all(r["global_vector_loads"] and bool(r["atomic_adds"]) == (r["config"]["splits"] > 1) for r in results)
     if family == "dmma":  # the instructions PTX accepts for sm_90, with K split through atomic adds
         assert all(r["mma"] and bool(r["atomic_adds"]) == (r["config"]["splits"] > 1) for r in results), results
     if family == "tf32x3":  # TF32 instructions of the config's shape alone, on operands rounded to TF32

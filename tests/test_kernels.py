@@ -74,6 +74,12 @@ else:
             {"bm": 32, "bn": 32, "bk": 16, "tm": 8, "tn": 4, "pad": 0, "stages": 1, "unroll": False, "fragments": 1,
              "wide_fetch": True, "async_copy": False, "min_blocks": 2, "splits": 2},
         ],
+        # B's rows (or columns) walked by 2 and 4 threads with 2 loads in flight, C's edge columns,
+        # K's last partial group, and K split 2 ways (the second split empty at K=1)
+        "gemv": [
+            {"rows": 2, "cols": 16, "threads": 32, "unroll": 2, "splits": 1},
+            {"rows": 4, "cols": 16, "threads": 64, "unroll": 2, "splits": 2},
+        ],
         # as many blocks as the simulator's SMs (kernels.base.SIMULATED_SMS) times workers_per_sm: shares
         # that begin and end inside tiles, and (at 1x1x1) more blocks than k-steps
         "streamk": [
@@ -90,7 +96,9 @@ else:
     # barrier here: the fewest and smallest shapes that still leave partial tiles and split K
     # unevenly, and (the last) aligned rows in every layout with whole tiles inside C and K long
     # enough for copies without bounds tests
-    FAMILY_SHAPES = {"tf32x3": [(1, 1, 1), (7, 1, 3), (17, 23, 19), (32, 20, 32)]}
+    FAMILY_SHAPES = {"tf32x3": [(1, 1, 1), (7, 1, 3), (17, 23, 19), (32, 20, 32)],
+                     # a few rows, as gemv serves: its rows of blocks cost a whole row of C each
+                     "gemv": [(1, 1, 1), (1, 13, 1), (7, 1, 3), (3, 41, 37), (8, 36, 44)]}
 
 CASES = [
     pytest.param(family, config, id=f"{family}-{i}")
@@ -337,6 +345,8 @@ def _simulator_friendly(config: dict) -> bool:
         return config["bm"] * config["bn"] <= 64 * 64 and config["bk"] >= 8
     if "tpb" in config:
         return config["tpb"] >= 16
+    if "threads" in config:  # gemv: few threads, and few blocks on the property test's shapes
+        return config["threads"] <= 64 and config["rows"] >= 4 and config["cols"] >= 32
     return config["block_x"] * config["block_y"] <= 256
 
 

@@ -75,17 +75,18 @@ TALL = {"bm": 64, "bn": 16, "bk": 8, "tm": 4, "tn": 4, "pad": 4, "stages": 1, "u
 
 def test_the_last_few_rows_are_a_product_of_their_own(monkeypatch, rng):
     """65 rows on 64-row tiles would take a second tile row for one row of C: that row is a
-    product of its own, looked up as any (the few-rows rule on a GPU whose SMs are known)."""
+    product of its own, looked up as any (the few-rows rule on a GPU whose SMs are known: B
+    streamed once)."""
     monkeypatch.setenv(PRETEND_ENV, f"{DEVICE};9.0;2")
     tuned(65, 24, 20, family="vector", params=TALL)
     choice = autotune.lookup(65, 24, 20)
-    assert (choice.source, choice.peel, choice.rest.source, choice.rest.config["bm"]) == ("exact", 1, "few-rows", 16)
+    assert (choice.source, choice.peel, choice.rest.source, choice.rest.family) == ("exact", 1, "few-rows", "gemv")
     A, B = random_inputs(65, 24, 20, "float32", rng)
     check(autotune.matmul(A, B), A, B)
     dA, dB = cuda.to_device(A), cuda.to_device(B)
     check(autotune.matmul(dA, dB).copy_to_host(), A, B)
     (plan,) = runtime._plans.values()
-    assert [(first, rows, kernel.config["bm"]) for first, rows, kernel, _ in plan.parts] == [(0, 64, 64), (64, 1, 16)]
+    assert [(first, rows, kernel.tile) for first, rows, kernel, _ in plan.parts] == [(0, 64, (64, 16)), (64, 1, (1, 64))]
     assert autotune.lookup(65, 24, 20, layout="TN").peel == 0  # A's rows are columns in memory
     check(autotune.matmul(cuda.to_device(np.ascontiguousarray(A.T)).T, dB).copy_to_host(), A, B)
 

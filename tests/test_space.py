@@ -5,6 +5,8 @@ import kernels
 from autotune.space import (
     DMMA_TILE,
     FEW_ROWS_TILE,
+    GEMV_TILES,
+    SMALL_K_TILE,
     STREAM_WORKERS,
     TF32X3_TILE,
     DeviceLimits,
@@ -13,6 +15,7 @@ from autotune.space import (
     families_for,
     feasible_configs,
     few_rows_guess,
+    small_k_guess,
     infeasibility,
     fit_tile,
     policy_splits,
@@ -290,12 +293,48 @@ def test_a_tile_families_config_has_a_stream_k_twin():
 
 def test_products_of_a_few_rows_get_the_16_row_tile_with_k_split_for_three_waves():
     limits = GpuLimits.for_cc("9.0")
-    guess = few_rows_guess(1, 5003, 1031, "float32", limits, 132)
+    guess = few_rows_guess(9, 5003, 1031, "float32", limits, 132)
     assert guess == Config.of("splitk", {**FEW_ROWS_TILE, "splits": 16})  # 40 tiles x 16 >= 3 waves of 132
-    assert few_rows_guess(4, 1024, 4096, "float32", limits, 132).params["splits"] == 64
+    assert few_rows_guess(8, 1024, 4096, "float32", limits, 132).params["splits"] == 64
     assert few_rows_guess(9, 1555, 333, "float32", limits, 132).params["splits"] == 8  # 2 k-steps a split
-    assert few_rows_guess(1, 5003, 1031, "float32", limits, 132, deterministic=True) == Config.of("vector", FEW_ROWS_TILE)
+    assert few_rows_guess(9, 5003, 1031, "float32", limits, 132, deterministic=True) == Config.of("vector", FEW_ROWS_TILE)
     assert few_rows_guess(15, 64, 40, "float32", limits, 132) == Config.of("vector", FEW_ROWS_TILE)  # K too short to split
+    assert few_rows_guess(1, 5003, 1031, "float64", limits, 132).family == "splitk"  # gemv's rule is float32's
     assert few_rows_guess(16, 5003, 1031, "float32", limits, 132) is None  # a whole 16-row tile: lookup's other steps
-    assert few_rows_guess(1, 5003, 1031, "float32", limits, 0) is None  # SM count unknown
-    assert few_rows_guess(1, 5003, 1031, "float32", GpuLimits.for_cc("8.0"), 108) is None  # no 16-byte float32 adds
+    assert few_rows_guess(9, 5003, 1031, "float32", limits, 0) is None  # SM count unknown
+    assert few_rows_guess(9, 5003, 1031, "float32", GpuLimits.for_cc("8.0"), 108) is None  # no 16-byte float32 adds
+
+
+def test_products_of_up_to_4_rows_stream_b_once_with_k_split_by_the_rule():
+    limits = GpuLimits.for_cc("9.0")
+    # B's rows in memory: 64 columns a block; K split while 128 k's a split and 8 blocks per SM remain
+    assert few_rows_guess(1, 4096, 1024, "float32", limits, 132) == Config.of(
+        "gemv", {**GEMV_TILES["N"], "rows": 1, "splits": 8})
+    assert few_rows_guess(1, 16384, 4096, "float32", limits, 132).params["splits"] == 4  # 256 tiles x 4 <= 8 x 132
+    assert few_rows_guess(3, 5000, 1000, "float32", limits, 132).params == {**GEMV_TILES["N"], "rows": 4, "splits": 4}
+    # B's columns in memory (x @ W.T): 32 columns a block, 512 k's a split at least
+    assert few_rows_guess(1, 4096, 1024, "float32", limits, 132, layout="NT") == Config.of(
+        "gemv", {**GEMV_TILES["T"], "rows": 1, "splits": 2})
+    assert few_rows_guess(2, 2048, 2048, "float32", limits, 132, layout="TT").params["splits"] == 4
+    assert few_rows_guess(1, 4096, 1024, "float32", limits, 132, deterministic=True).params["splits"] == 1
+    # adds one element at a time, which every architecture has
+    assert few_rows_guess(1, 4096, 1024, "float32", GpuLimits.for_cc("8.0"), 108).family == "gemv"
+    assert few_rows_guess(5, 4096, 1024, "float32", limits, 132).family == "splitk"
+
+
+def test_short_k_gets_the_64x64_tile_with_the_k_step_that_pads_k_least():
+    limits = GpuLimits.for_cc("9.0")
+    assert small_k_guess(2008, 944, 60, "float32", limits, 132) == Config.of("vector", {**SMALL_K_TILE, "bk": 16})  # a tie
+    assert small_k_guess(5913, 448, 24, "float32", limits, 132).params["bk"] == 8
+    assert small_k_guess(1999, 1001, 50, "float32", limits, 132).params["bk"] == 8
+    assert small_k_guess(4000, 3000, 64, "float32", limits, 132).params["bk"] == 16  # 2961 tiles: 22 an SM
+    assert small_k_guess(6528, 4288, 32, "float32", limits, 132) is None  # 6834 tiles: C's stores bound it
+    assert small_k_guess(6528, 4288, 32, "float32", limits, 0) is None  # SM count unknown
+    assert small_k_guess(1024, 1024, 65, "float32", limits, 132) is None  # K past SMALL_K
+    assert small_k_guess(64, 1024, 32, "float32", limits, 132) is None  # skinny: lookup's other steps
+    assert small_k_guess(1024, 1024, 32, "float64", limits, 132) is None  # measured in float32 only
+
+
+def test_row_families_are_searched_only_for_a_few_rows():
+    assert "gemv" in families_for("float32", "9.0", 16) and "gemv" in families_for("float32")
+    assert "gemv" not in families_for("float32", "9.0", 17)

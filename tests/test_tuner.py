@@ -328,7 +328,7 @@ def test_every_family_module_is_in_the_registry_in_first_guess_order():
     families = [entry for entry in kernels.FAMILIES.values()]
     assert {entry.build.__module__.rsplit(".", 1)[1] for entry in families} <= modules
     assert [e.first_guess for e in families] == sorted(e.first_guess for e in families)
-    assert list(kernels.FAMILIES) == [e.name for e in families] == ["dmma", "tf32x3", "vector", "splitk", "register", "streamk", "shared", "naive"]
+    assert list(kernels.FAMILIES) == [e.name for e in families] == ["dmma", "tf32x3", "vector", "splitk", "register", "streamk", "shared", "naive", "gemv"]
 
 
 class Forking(Replay):
@@ -372,14 +372,15 @@ def test_a_skinny_shape_starts_from_the_shape_rule(monkeypatch):
 
 
 def test_a_tune_searches_the_families_that_take_its_dtype_on_its_gpu():
-    assert TuneRequest(4, 4, 4).families_on("9.0") == ["tf32x3", "vector", "splitk", "register", "streamk", "shared", "naive"]
-    assert TuneRequest(4, 4, 4, dtype="float64").families_on("8.0") == ["dmma", "vector", "splitk", "register", "streamk", "shared", "naive"]
-    assert TuneRequest(4, 4, 4, dtype="int32").families_on("9.0") == ["vector", "splitk", "register", "streamk", "shared", "naive"]
+    assert TuneRequest(4, 4, 4).families_on("9.0") == ["tf32x3", "vector", "splitk", "register", "streamk", "shared", "naive", "gemv"]
+    assert TuneRequest(4, 4, 4, dtype="float64").families_on("8.0") == ["dmma", "vector", "splitk", "register", "streamk", "shared", "naive", "gemv"]
+    assert TuneRequest(4, 4, 4, dtype="int32").families_on("9.0") == ["vector", "splitk", "register", "streamk", "shared", "naive", "gemv"]
     assert TuneRequest(4, 4, 4, dtype="float64", families=["vector"]).families_on("9.0") == ["vector"]
+    assert "gemv" in TuneRequest(16, 4, 4).families_on("9.0") and "gemv" not in TuneRequest(17, 4, 4).families_on("9.0")
     for cc in ("7.0", "7.5"):  # no tensor cores that mma.sync drives; float32 split-K adds 16 bytes from sm_90 on
-        assert TuneRequest(4, 4, 4, dtype="float64").families_on(cc) == ["vector", "splitk", "register", "streamk", "shared", "naive"]
-        assert TuneRequest(4, 4, 4).families_on(cc) == ["vector", "register", "shared", "naive"]
-    assert TuneRequest(4, 4, 4).families_on("8.6") == ["tf32x3", "vector", "register", "shared", "naive"]
+        assert TuneRequest(4, 4, 4, dtype="float64").families_on(cc) == ["vector", "splitk", "register", "streamk", "shared", "naive", "gemv"]
+        assert TuneRequest(4, 4, 4).families_on(cc) == ["vector", "register", "shared", "naive", "gemv"]
+    assert TuneRequest(4, 4, 4).families_on("8.6") == ["tf32x3", "vector", "register", "shared", "naive", "gemv"]
     assert TuneRequest(4, 4, 4, dtype="float64").families_on("8.6")[0] == "dmma"
     with pytest.raises(TuneError, match="compute capability 7.5.*tf32x3"):
         TuneRequest(4, 4, 4, families=["vector", "tf32x3"]).families_on("7.5")

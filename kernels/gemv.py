@@ -1,0 +1,203 @@
+"""Products of a few rows (a batch of one, the rows left by peeling): B streamed once from memory.
+
+The tile families stage B through shared memory for tiles of at least 16 rows, so a product of one
+row does sixteen rows' work between barriers. Here a block computes `rows` rows by `cols` columns
+of C over its share of K with no barrier until the end: each thread streams its part of B from
+global memory straight into registers, `unroll` 16-byte loads in flight before it multiplies them,
+and reads A's few values through the cache; then the block sums its threads' partial products
+through shared memory in a fixed order. How a thread's part of B lies follows B's layout:
+  B's rows in memory (NN, TN): a thread holds VEC adjacent columns of C (VEC = 16 bytes of
+      elements) and walks K with a stride of the threads that share those columns;
+  B's columns in memory (NT, TT, as in x @ W.T): a thread holds one column of C and reads VEC
+      adjacent k's at a time, threads / cols threads per column.
+Where B's rows (or columns) are not 16-byte aligned a thread's VEC elements come as VEC scalar
+loads from one address, and at C's edges and K's end one element at a time with bounds tests.
+Parameters:
+  rows     rows of C per block; a product of more rows runs ceil(M / rows) tile rows
+  cols     columns of C per block
+  threads  threads per block
+  unroll   loads of B each thread issues before multiplying them
+  splits   blocks along K per tile of C: more than 1 adds into C (zeroed first) atomically, so
+           the last bits vary from run to run
+"""
+
+from __future__ import annotations
+
+from numba import cuda
+
+from .base import DeviceLimits, Family, Kernel, itemsize, numba_type, product_shape, tile_origin
+from .intrinsics import reduce_add, rows_aligned, scalar_access, vector_load, vector_width
+
+SPACE = {
+    "rows": [1, 2, 4, 8, 16],
+    "cols": [16, 32, 64, 128, 256],
+    "threads": [64, 128, 256, 512],
+    "unroll": [1, 2, 4],
+    "splits": [1, 2, 4, 8, 16, 32, 64, 128],
+}
+DEFAULT = {"rows": 1, "cols": 64, "threads": 256, "unroll": 2, "splits": 1}
+
+
+def shared_bytes(config: dict, dtype: str) -> int:
+    """The partial products the block sums, for the layout that needs more of them (B's rows in
+    memory: every thread holds VEC columns), a padding column per row against bank conflicts."""
+    team = config["threads"] * vector_width(itemsize(dtype)) // config["cols"]
+    return team * config["rows"] * (config["cols"] + 1) * itemsize(dtype)
+
+
+def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
+    if config["cols"] > config["threads"]:
+        return f"{config['cols']} columns need as many threads when B's columns are streamed"
+    if config["threads"] > limits.max_threads_per_block:
+        return f"{config['threads']} threads is more than a block may have"
+    if shared_bytes(config, dtype) > limits.max_shared_per_block:
+        return f"summing the partial products takes {shared_bytes(config, dtype)} bytes of shared memory"
+    return None
+
+
+def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Kernel:
+    """The kernel for `layout`; `unaligned` changes nothing, since the kernel tests alignment
+    where it matters."""
+    R, BN, THREADS, U, SPLITS = config["rows"], config["cols"], config["threads"], config["unroll"], config["splits"]
+    VEC = vector_width(itemsize(dtype))
+    A_T, B_T = layout[0] == "T", layout[1] == "T"
+    ALONG_K = VEC if B_T else 1  # k's one load of a thread covers
+    WIDTH = 1 if B_T else VEC  # columns of C a thread holds
+    LANES = BN // WIDTH  # threads across the block's columns
+    TEAM = THREADS // LANES  # threads sharing a column's K
+    STEP = TEAM * ALONG_K  # how far K advances per load of a team
+    PARTIAL_SHAPE = (TEAM, R, BN + 1)
+    elem_t = numba_type(dtype)
+    load, store = scalar_access(offset_bits)
+    wide, grouped = vector_load(VEC, offset_bits), vector_load(VEC, offset_bits, aligned=False)
+    aligned = rows_aligned(VEC)
+    add = reduce_add(1, offset_bits)
+    origin, dims = tile_origin(R, BN), product_shape(layout)
+
+    @cuda.jit(device=True)
+    def a_at(A, row, k):
+        return load(A, (k, row)) if A_T else load(A, (row, k))
+
+    def columns_held(group_load):
+        """B's rows in memory: a thread's VEC columns (inside C) over its k's, from k by STEP,
+        `group_load` reading each group of VEC."""
+
+        @cuda.jit(device=True)
+        def walk(A, B, k, k_end, col, row0, rows, acc):
+            b = cuda.local.array((U, VEC), elem_t)
+            while k + (U - 1) * STEP < k_end:
+                for u in range(U):
+                    values = group_load(B, (k + u * STEP, col))
+                    for j in range(VEC):
+                        b[u, j] = values[j]
+                for u in range(U):
+                    for r in range(R):
+                        a = a_at(A, row0 + min(r, rows - 1), k + u * STEP)
+                        for j in range(VEC):
+                            acc[r, j] += a * b[u, j]
+                k += U * STEP
+            while k < k_end:
+                values = group_load(B, (k, col))
+                for r in range(R):
+                    a = a_at(A, row0 + min(r, rows - 1), k)
+                    for j in range(VEC):
+                        acc[r, j] += a * values[j]
+                k += STEP
+
+        return walk
+
+    def column_held(group_load):
+        """B's columns in memory: a thread's column over its whole groups of VEC k's, from k by
+        STEP, `group_load` reading each group."""
+
+        @cuda.jit(device=True)
+        def walk(A, B, k, k_end, col, row0, rows, acc):
+            b = cuda.local.array((U, VEC), elem_t)
+            while k + (U - 1) * STEP + VEC <= k_end:
+                for u in range(U):
+                    values = group_load(B, (col, k + u * STEP))
+                    for j in range(VEC):
+                        b[u, j] = values[j]
+                for u in range(U):
+                    for r in range(R):
+                        for j in range(VEC):
+                            acc[r, 0] += a_at(A, row0 + min(r, rows - 1), k + u * STEP + j) * b[u, j]
+                k += U * STEP
+            while k + VEC <= k_end:
+                values = group_load(B, (col, k))
+                for r in range(R):
+                    for j in range(VEC):
+                        acc[r, 0] += a_at(A, row0 + min(r, rows - 1), k + j) * values[j]
+                k += STEP
+
+        return walk
+
+    rows_wide, rows_grouped = columns_held(wide), columns_held(grouped)
+    column_wide, column_grouped = column_held(wide), column_held(grouped)
+
+    @cuda.jit(device=True)
+    def edge(A, B, k, k_end, col, N, row0, rows, acc):
+        """What is left, one element at a time: columns past C's edge are skipped."""
+        while k < k_end:
+            for j in range(WIDTH):
+                if col + j < N:
+                    b = load(B, (col + j, k)) if B_T else load(B, (k, col + j))
+                    for r in range(R):
+                        acc[r, j] += a_at(A, row0 + min(r, rows - 1), k) * b
+            k += 1 if B_T else STEP
+
+    def gemv(A, B, C):
+        acc = cuda.local.array((R, WIDTH), elem_t)
+        partial = cuda.shared.array(PARTIAL_SHAPE, elem_t)
+        tid = cuda.threadIdx.x
+        M, N, K = dims(A, B)
+        row0, col0 = origin(M, N)
+        rows = min(R, M - row0)
+        if B_T:
+            member, lane = tid % TEAM, tid // TEAM
+        else:
+            lane, member = tid % LANES, tid // LANES
+        col = col0 + lane * WIDTH
+        share = (K + SPLITS - 1) // SPLITS
+        share = (share + ALONG_K - 1) // ALONG_K * ALONG_K  # whole groups of k's, so loads stay aligned
+        k_begin = min(K, cuda.blockIdx.y * share)
+        k_end = min(K, k_begin + share)
+        for r in range(R):
+            for j in range(WIDTH):
+                acc[r, j] = elem_t(0)
+        k = k_begin + member * ALONG_K
+        if B_T:
+            if col < N:
+                if aligned(B):
+                    column_wide(A, B, k, k_end, col, row0, rows, acc)
+                else:
+                    column_grouped(A, B, k, k_end, col, row0, rows, acc)
+                if member == 0:  # K's last partial group, which no walk takes
+                    edge(A, B, k_begin + (k_end - k_begin) // VEC * VEC, k_end, col, N, row0, rows, acc)
+        elif col + VEC <= N:
+            if aligned(B):
+                rows_wide(A, B, k, k_end, col, row0, rows, acc)
+            else:
+                rows_grouped(A, B, k, k_end, col, row0, rows, acc)
+        else:
+            edge(A, B, k, k_end, col, N, row0, rows, acc)
+        for r in range(R):
+            for j in range(WIDTH):
+                partial[member, r, lane * WIDTH + j] = acc[r, j]
+        cuda.syncthreads()
+        for index in range(tid, R * BN, THREADS):
+            r, c = index // BN, index % BN
+            total = elem_t(0)
+            for t in range(TEAM):
+                total += partial[t, r, c]
+            if r < rows and col0 + c < N:
+                if SPLITS > 1:
+                    add(C, (row0 + r, col0 + c), (total,))
+                else:
+                    store(C, (row0 + r, col0 + c), total)
+
+    return Kernel("gemv", dict(config), dtype, gemv, block=(THREADS,), tile=(R, BN), splits=SPLITS, layout=layout,
+                  offset_bits=offset_bits)
+
+
+FAMILY = Family("gemv", SPACE, DEFAULT, restrict, build, first_guess=5, shared_bytes=shared_bytes)
