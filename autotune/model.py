@@ -85,6 +85,9 @@ def geometry(family: str, params: dict, dtype: str, cc: str) -> Geometry:
     elif family == "shared":
         tile, bk, threads, registers = (params["tpb"], params["tpb"]), params["tpb"], params["tpb"] ** 2, 32
         shared = kernels.family(family).shared_bytes(params, dtype)
+    elif family == "gemv":  # a k-step is one k: each block walks its share of K a k at a time
+        tile, bk, threads, registers = (params["rows"], params["cols"]), 1, params["threads"], 64
+        shared = kernels.family(family).shared_bytes(params, dtype)
     elif family in dmma.MMA_FAMILIES:
         tile, bk, threads = (params["bm"], params["bn"]), params["bk"], dmma.threads_per_block(params)
         registers = min(dmma.estimated_registers(params, dtype), limits.max_registers_per_thread)

@@ -266,9 +266,9 @@ FEW_ROWS_TILE = {"bm": 16, "bn": 128, "bk": 16, "tm": 4, "tn": 8, "pad": 4, "sta
                  "fragments": 1, "wide_fetch": True, "async_copy": False, "min_blocks": 1}
 FEW_ROWS_WAVES, FEW_ROWS_STEPS = 3, 2
 #: float32 products of at most GEMV_MAX_ROWS rows stream B once through the gemv family instead
-#: (studies/step34_gemv.py), its tile by how B lies (B[1] of the layout: "N", its rows in memory;
-#: "T", its columns), K split into the most shares (a power of 2) that keep GEMV_SPLIT_K[B] k's
-#: each within GEMV_WAVES blocks per SM
+#: (studies/step34_gemv.py), its tile by how B lies (layout[1]: "N", its rows in memory; "T",
+#: its columns), K split into the most shares (a power of 2) that keep GEMV_SPLIT_K[layout[1]]
+#: k's each within GEMV_WAVES blocks per SM
 GEMV_MAX_ROWS = 4
 GEMV_TILES = {"N": {"cols": 64, "threads": 256, "unroll": 4}, "T": {"cols": 32, "threads": 256, "unroll": 4}}
 GEMV_SPLIT_K = {"N": 128, "T": 512}

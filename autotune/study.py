@@ -21,7 +21,9 @@ from autotune.cache import Cache, nearest_rows
 from autotune.neighbours import ranked
 from autotune.records import closest_table, measured_tables, shipped_rows
 from autotune.storage import masked, reap_dead_trials, setup_lock
-from autotune.space import default_config, distributions, infeasibility, shape_guesses, stream_twin, trial_params
+from autotune.space import (
+    default_config, distributions, few_rows_guess, infeasibility, shape_guesses, small_k_guess, stream_twin, trial_params,
+)
 from kernels.base import Config
 
 WARM_START_SHAPES = 3
@@ -53,7 +55,7 @@ def space_hash() -> str:
 
 
 def open_study(storage, spec: str, name: str, sampler, cache: Cache, device: str, dtype: str, shape, families,
-               limits, sm_count: int = 0, cc: str | None = None) -> optuna.Study:
+               limits, sm_count: int = 0, cc: str | None = None, layout: str = "NN") -> optuna.Study:
     """Create or resume the study; a new one is warm-started. Tuners started together on one
     shape take turns here (a file lock beside the cache; on PostgreSQL an advisory lock, which
     holds across hosts): Optuna's enqueue_trial may queue a config twice when processes call it
@@ -67,7 +69,7 @@ def open_study(storage, spec: str, name: str, sampler, cache: Cache, device: str
         if not study.trials:
             study.set_user_attr("shape", list(shape))
             study.set_user_attr("dtype", dtype)
-            for config in warm_start(cache, device, dtype, shape, families, limits, sm_count, cc):
+            for config in warm_start(cache, device, dtype, shape, families, limits, sm_count, cc, layout):
                 study.enqueue_trial(trial_params(config), skip_if_exists=True)
     return study
 
@@ -126,8 +128,10 @@ def _alive(pid: int) -> bool:
 
 
 def warm_start(cache: Cache, device: str, dtype: str, shape, families: list[str], limits,
-               sm_count: int = 0, cc: str | None = None) -> list[Config]:
-    """The configs the shape rule picks for skinny and few-tile shapes (space.shape_guesses), the
+               sm_count: int = 0, cc: str | None = None, layout: str = "NN") -> list[Config]:
+    """The config lookup's rules give a product of a few rows or a short K in `layout`
+    (space.few_rows_guess, space.small_k_guess), the configs the shape rule picks for skinny and
+    few-tile shapes (space.shape_guesses), the
     measured table's MEASURED_GUESSES best candidates for the shape (measured_guesses), the
     bests of the nearest tuned shapes, the first STREAM_TWINS of them also as stream-K twins
     (space.stream_twin) after the first (cached, then shipped; then shipped for other GPU models of
@@ -140,7 +144,9 @@ def warm_start(cache: Cache, device: str, dtype: str, shape, families: list[str]
     if cc:
         kin = [row for row in shipped_rows(None, dtype) if row["device"] != device and row.get("cc") == cc]
         tuned += nearest_rows(kin, shape, WARM_START_SHAPES)
-    candidates = shape_guesses(*shape, dtype, limits, sm_count, cc) if sm_count else []
+    rules = [few_rows_guess(*shape, dtype, limits, sm_count, layout=layout), small_k_guess(*shape, dtype, limits, sm_count)]
+    candidates = [config for config in rules if config is not None]
+    candidates += shape_guesses(*shape, dtype, limits, sm_count, cc) if sm_count else []
     candidates += measured_guesses(device, cc, dtype, shape, sm_count, limits)
     nearest = [Config.of(row["family"], row["params"]) for _, row in tuned]
     candidates += nearest[:1] + [twin for twin in map(stream_twin, nearest[:STREAM_TWINS]) if twin] + nearest[1:]

@@ -146,7 +146,8 @@ def _tune(request: TuneRequest, measurer: Measurer | None, cache_path: Path | st
         try:
             sampler = make_sampler(request.sampler, request.seed, request.dtype, limits)
             study = open_study(open_storage(spec), spec, name, sampler, cache, device["device"], request.dtype,
-                               request.shape, request.families, limits, device.get("sm_count") or 0, device.get("cc"))
+                               request.shape, request.families, limits, device.get("sm_count") or 0, device.get("cc"),
+                               request.layout)
         except (SamplerError, SpaceMismatch) as error:
             raise TuneError(str(error)) from None
         before = len(measured_trials(study))

@@ -11,7 +11,8 @@ through shared memory in a fixed order. How a thread's part of B lies follows B'
   B's columns in memory (NT, TT, as in x @ W.T): a thread holds one column of C and reads VEC
       adjacent k's at a time, threads / cols threads per column.
 Where B's rows (or columns) are not 16-byte aligned a thread's VEC elements come as VEC scalar
-loads from one address, and at C's edges and K's end one element at a time with bounds tests.
+loads from one address; past C's last whole group of VEC columns (B's rows in memory) and in K's
+last partial group of VEC k's (B's columns in memory), one element at a time with bounds tests.
 Parameters:
   rows     rows of C per block; a product of more rows runs ceil(M / rows) tile rows
   cols     columns of C per block
@@ -40,7 +41,7 @@ DEFAULT = {"rows": 1, "cols": 64, "threads": 256, "unroll": 2, "splits": 1}
 
 def shared_bytes(config: dict, dtype: str) -> int:
     """The partial products the block sums, for the layout that needs more of them (B's rows in
-    memory: every thread holds VEC columns), a padding column per row against bank conflicts."""
+    memory: every thread holds VEC columns), each row of them one element longer than the tile."""
     team = config["threads"] * vector_width(itemsize(dtype)) // config["cols"]
     return team * config["rows"] * (config["cols"] + 1) * itemsize(dtype)
 
@@ -78,7 +79,7 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
     def a_at(A, row, k):
         return load(A, (k, row)) if A_T else load(A, (row, k))
 
-    def columns_held(group_load):
+    def walk_b_rows(group_load):
         """B's rows in memory: a thread's VEC columns (inside C) over its k's, from k by STEP,
         `group_load` reading each group of VEC."""
 
@@ -106,7 +107,7 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
 
         return walk
 
-    def column_held(group_load):
+    def walk_b_columns(group_load):
         """B's columns in memory: a thread's column over its whole groups of VEC k's, from k by
         STEP, `group_load` reading each group."""
 
@@ -132,12 +133,13 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
 
         return walk
 
-    rows_wide, rows_grouped = columns_held(wide), columns_held(grouped)
-    column_wide, column_grouped = column_held(wide), column_held(grouped)
+    rows_wide, rows_grouped = walk_b_rows(wide), walk_b_rows(grouped)
+    columns_wide, columns_grouped = walk_b_columns(wide), walk_b_columns(grouped)
 
     @cuda.jit(device=True)
     def edge(A, B, k, k_end, col, N, row0, rows, acc):
-        """What is left, one element at a time: columns past C's edge are skipped."""
+        """K from k to k_end one element at a time (by STEP along B's rows, by 1 along B's
+        columns), skipping columns past C's edge."""
         while k < k_end:
             for j in range(WIDTH):
                 if col + j < N:
@@ -169,9 +171,9 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
         if B_T:
             if col < N:
                 if aligned(B):
-                    column_wide(A, B, k, k_end, col, row0, rows, acc)
+                    columns_wide(A, B, k, k_end, col, row0, rows, acc)
                 else:
-                    column_grouped(A, B, k, k_end, col, row0, rows, acc)
+                    columns_grouped(A, B, k, k_end, col, row0, rows, acc)
                 if member == 0:  # K's last partial group, which no walk takes
                     edge(A, B, k_begin + (k_end - k_begin) // VEC * VEC, k_end, col, N, row0, rows, acc)
         elif col + VEC <= N:

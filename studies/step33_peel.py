@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 from step23_table import build_all, build_key, job, operands, timed  # studies/, the script's folder
 
 from autotune import store
@@ -67,7 +69,9 @@ def timed_variant(device, gpu, root: Path, parts: list[dict], ops, shape: tuple)
         family, params, dtype, bits, unaligned, layout = build_key(j)
         entry = store.read(store.key_parts(family, json.loads(params), dtype, ARCH, root, layout, bits, unaligned), root)
         pm = j["shape"][0]
-        plans.append((calls.entry_plan(gpu, entry, pm, n, k, dtype), j["first_row"] * k * 4, j["first_row"] * n * 4))
+        size = np.dtype(dtype).itemsize
+        plans.append((calls.entry_plan(gpu, entry, pm, n, k, dtype, layout), j["first_row"] * k * size,
+                      j["first_row"] * n * size))
 
     def call():
         stream = torch.cuda.current_stream().cuda_stream

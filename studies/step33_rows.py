@@ -45,8 +45,9 @@ def candidates(shape: tuple) -> list[dict]:
 
 
 def main(candidates=candidates) -> None:
-    """Builds and times `candidates(shape)` at each --shapes shape; prints each shape's best six
-    and lookup's pick; writes the JSON after every shape."""
+    """Builds and times `candidates(shape)` at each --shapes shape; prints each shape's (and
+    layout's, where jobs name one other than NN) best six and lookup's pick; writes the JSON
+    after every shape."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--shapes", nargs="+", required=True)
@@ -64,10 +65,12 @@ def main(candidates=candidates) -> None:
     device = TorchDevice()
     result = {"device": device.name, "shapes": {}}
     for (shape, _), group, blas, seconds, _ in timed_shapes(device, jobs, root, failed, began + args.seconds):
-        result["shapes"]["x".join(map(str, shape))] = {"cublas_gflops": blas, "jobs": group}
+        layout = group[0].get("layout", "NN")
+        name = "x".join(map(str, shape)) + ("" if layout == "NN" else f" {layout}")
+        result["shapes"][name] = {"cublas_gflops": blas, "jobs": group}
         m, n, k = shape
         us = lambda g: 2 * m * n * k / g / 1e3 if g else float("nan")  # noqa: E731
-        print(f"{'x'.join(map(str, shape))}: cuBLAS {us(blas):6.1f} us  ({seconds:.0f} s)", flush=True)
+        print(f"{name}: cuBLAS {us(blas):6.1f} us  ({seconds:.0f} s)", flush=True)
         ranked = sorted(group, key=lambda j: -(j.get("gflops") or 0))
         for j in ranked[:6] + [j for j in ranked[6:] if j.get("lookup")]:
             print(f"  {us(j.get('gflops')):6.1f} us {(j.get('gflops') or 0) / blas:5.3f}x  {j['source'][:18]:>18}  "

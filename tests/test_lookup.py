@@ -170,3 +170,15 @@ def test_lookup_for_another_gpu_of_the_host(monkeypatch):
     assert autotune.lookup(256, 256, 256).config["pad"] == 1
     choice = autotune.lookup(256, 256, 256, device=Device(H200, "9.0", 132))
     assert (choice.config["pad"], choice.measured_on, choice.gpu_match) == (2, H200, "this GPU model")
+
+
+def test_untuned_products_of_a_few_rows_or_a_short_k_are_served_by_rule():
+    """Before the measured table: B streamed once for a few rows (K unsplit when deterministic),
+    the 64x64 tile for a short K."""
+    few = autotune.lookup(1, 4096, 1024)
+    assert (few.source, few.family, few.config["splits"]) == ("few-rows", "gemv", 8)
+    assert autotune.lookup(1, 4096, 1024, deterministic=True).config["splits"] == 1
+    assert autotune.lookup(1, 4096, 1024, layout="NT").config["cols"] == 32
+    short = autotune.lookup(2008, 944, 60)
+    assert (short.source, short.family, short.config["bm"], short.config["bk"]) == ("small-k", "vector", 64, 16)
+    assert autotune.lookup(2008, 944, 65).source != "small-k"

@@ -81,6 +81,15 @@ def test_a_nearest_row_serves_only_where_it_loads_the_gpu_alike():
     assert not model.similar_load(ROWS[0], 1024, 4096, 4096, H200)  # a quarter of the blocks
 
 
+def test_a_gemv_row_is_priced_and_not_picked_for_a_product_of_many_rows():
+    """A tuned product of one row may have gemv's rows x cols tile: the model prices it like any
+    row, and its tile, a block per row of C, loses at a product of many rows."""
+    gemv = timed({"rows": 1, "cols": 64, "threads": 256, "unroll": 4, "splits": 8}, (1, 4096, 4096), 1e-5, "gemv")
+    assert model.geometry("gemv", gemv["params"], "float32", "9.0").tile == (1, 64)
+    assert model.predict(4096, 4096, 4096, "float32", H200, ROWS + [gemv]).family == "vector"
+    assert model.similar_load(gemv, 2, 4096, 4096, H200) and not model.similar_load(gemv, 64, 4096, 4096, H200)
+
+
 # --- through lookup ---
 
 @pytest.fixture

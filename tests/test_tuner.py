@@ -8,7 +8,7 @@ import pytest
 import kernels
 from autotune.cache import Cache
 from autotune.replay import Replay, config_key
-from autotune.space import FAMILY_NAMES, DeviceLimits, GpuLimits, shape_guesses, stream_twin
+from autotune.space import FAMILY_NAMES, DeviceLimits, GpuLimits, few_rows_guess, shape_guesses, small_k_guess, stream_twin
 from autotune.finalists import FINAL_LAUNCHES, FINALISTS
 import autotune.records
 import autotune.study
@@ -134,6 +134,16 @@ def test_the_nearest_tuned_tile_is_also_tried_streamed():
     Cache().record(dict(device="simulator", dtype="float32", m=100, n=80, k=64, family="vector", params=tile, gflops=1.0))
     configs = warm_start(Cache(), "simulator", "float32", (100, 80, 64), ["vector", "streamk"], DeviceLimits())
     assert configs[:2] == [Config.of("vector", tile), stream_twin(Config.of("vector", tile))]
+
+
+def test_a_tune_of_a_few_rows_or_a_short_k_starts_from_lookups_rule():
+    limits, families = GpuLimits.for_cc("9.0"), list(FAMILY_NAMES)
+    for layout in ("NN", "NT"):
+        configs = warm_start(Cache(), "NVIDIA H200", "float32", (1, 4096, 1024), families, limits, 132, "9.0", layout)
+        assert configs[0] == few_rows_guess(1, 4096, 1024, "float32", limits, 132, layout=layout)
+        assert configs[0].family == "gemv"
+    configs = warm_start(Cache(), "NVIDIA H200", "float32", (2008, 944, 60), families, limits, 132, "9.0")
+    assert configs[0] == small_k_guess(2008, 944, 60, "float32", limits, 132)
 
 
 def test_a_gpu_model_without_rows_warm_starts_from_its_architectures_records(monkeypatch):
