@@ -270,8 +270,8 @@ FEW_ROWS_WAVES, FEW_ROWS_STEPS = 3, 2
 #: its columns), K split into the most shares (a power of 2) that keep GEMV_SPLIT_K[layout[1]]
 #: k's each within GEMV_WAVES blocks per SM
 GEMV_MAX_ROWS = 4
-GEMV_TILES = {"N": {"cols": 64, "threads": 256, "unroll": 4}, "T": {"cols": 32, "threads": 256, "unroll": 4}}
-GEMV_SPLIT_K = {"N": 128, "T": 512}
+GEMV_TILES = {"N": {"cols": 64, "threads": 256, "unroll": 4}, "T": {"cols": 16, "threads": 256, "unroll": 4}}
+GEMV_SPLIT_K = {"N": 128, "T": 1024}
 GEMV_WAVES = 8
 #: families searched only for products of at most this many rows (a tune of more would time
 #: kernels that read B once per few rows)

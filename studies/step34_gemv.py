@@ -2,7 +2,7 @@
 few-rows rule's 16-row tile when the study ran; the rule's gemv config since) and cuBLAS, with B's rows in memory (NN) and B's columns (NT, as in
 x @ W.T).
 
-    [GEMV_LAYOUTS="NN NT"] python3 studies/step34_gemv.py --out gemv.json --shapes 1x4096x1024 8x4096x4096
+    [GEMV_LAYOUTS="NN NT"] [GEMV_TILES="16x256x4 ..."] python3 studies/step34_gemv.py --out gemv.json --shapes 1x4096x1024 8x4096x4096
 
 Jobs at each shape and layout: lookup's pick, and `gemv` with ROWS (the next power of 2 of M, at
 most 16) and each of TILES (cols, threads, unroll) with K split 1 to 128 ways. Built, checked and
@@ -21,6 +21,8 @@ from step33_rows import H200, main
 from autotune.space import DeviceLimits, infeasibility
 
 TILES = [(64, 256, 4), (128, 256, 4), (32, 256, 4), (256, 256, 4), (64, 128, 4), (128, 512, 4), (64, 256, 2)]
+if os.environ.get("GEMV_TILES"):  # e.g. "16x256x4 16x512x4": cols x threads x unroll
+    TILES = [tuple(map(int, tile.split("x"))) for tile in os.environ["GEMV_TILES"].split()]
 SPLITS = [1, 2, 4, 8, 16, 32, 64, 128]
 
 

@@ -178,7 +178,7 @@ def test_untuned_products_of_a_few_rows_or_a_short_k_are_served_by_rule():
     few = autotune.lookup(1, 4096, 1024)
     assert (few.source, few.family, few.config["splits"]) == ("few-rows", "gemv", 8)
     assert autotune.lookup(1, 4096, 1024, deterministic=True).config["splits"] == 1
-    assert autotune.lookup(1, 4096, 1024, layout="NT").config["cols"] == 32
+    assert autotune.lookup(1, 4096, 1024, layout="NT").config["cols"] == 16
     short = autotune.lookup(2008, 944, 60)
     assert (short.source, short.family, short.config["bm"], short.config["bk"]) == ("small-k", "vector", 64, 16)
     assert autotune.lookup(2008, 944, 65).source != "small-k"

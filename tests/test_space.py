@@ -312,10 +312,11 @@ def test_products_of_up_to_4_rows_stream_b_once_with_k_split_by_the_rule():
         "gemv", {**GEMV_TILES["N"], "rows": 1, "splits": 8})
     assert few_rows_guess(1, 16384, 4096, "float32", limits, 132).params["splits"] == 4  # 256 tiles x 4 <= 8 x 132
     assert few_rows_guess(3, 5000, 1000, "float32", limits, 132).params == {**GEMV_TILES["N"], "rows": 4, "splits": 4}
-    # B's columns in memory (x @ W.T): 32 columns a block, 512 k's a split at least
+    # B's columns in memory (x @ W.T): 16 columns a block, 1024 k's a split at least
     assert few_rows_guess(1, 4096, 1024, "float32", limits, 132, layout="NT") == Config.of(
-        "gemv", {**GEMV_TILES["T"], "rows": 1, "splits": 2})
-    assert few_rows_guess(2, 2048, 2048, "float32", limits, 132, layout="TT").params["splits"] == 4
+        "gemv", {**GEMV_TILES["T"], "rows": 1, "splits": 1})
+    assert few_rows_guess(2, 2048, 2048, "float32", limits, 132, layout="TT").params["splits"] == 2
+    assert few_rows_guess(1, 8192, 8192, "float32", limits, 132, layout="NT").params["splits"] == 2  # 512 tiles
     assert few_rows_guess(1, 4096, 1024, "float32", limits, 132, deterministic=True).params["splits"] == 1
     # adds one element at a time, which every architecture has
     assert few_rows_guess(1, 4096, 1024, "float32", GpuLimits.for_cc("8.0"), 108).family == "gemv"
