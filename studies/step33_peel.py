@@ -17,7 +17,6 @@ same tensors); every timed call's product is checked against float64 rows.
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from step23_table import build_all, build_key, job, operands, timed  # studies/, the script's folder
+from step33_rows import arguments
 
 from autotune import store
 from autotune.backends import Device
@@ -117,13 +117,7 @@ def _timed_unchecked(device, call):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--shapes", nargs="+", required=True)
-    parser.add_argument("--store")
-    parser.add_argument("--jobs", type=int, default=16)
-    parser.add_argument("--seconds", type=float, default=1e9)
-    args = parser.parse_args()
+    args = arguments()
     began = time.perf_counter()
     shapes = [tuple(map(int, s.split("x"))) for s in args.shapes]
     variants = {shape: shape_variants(shape) for shape in shapes}

@@ -44,17 +44,22 @@ def candidates(shape: tuple) -> list[dict]:
     return jobs
 
 
-def main(candidates=candidates) -> None:
-    """Builds and times `candidates(shape)` at each --shapes shape; prints each shape's (and
-    layout's, where jobs name one other than NN) best six and lookup's pick; writes the JSON
-    after every shape."""
+def arguments() -> argparse.Namespace:
+    """The options of a sweep over shapes: --out, --shapes, --store, --jobs, --seconds."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--shapes", nargs="+", required=True)
     parser.add_argument("--store")
     parser.add_argument("--jobs", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=1e9)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main(candidates=candidates) -> None:
+    """Builds and times `candidates(shape)` at each --shapes shape; prints each shape's (and
+    layout's, where jobs name one other than NN) best six and lookup's pick; writes the JSON
+    after every shape."""
+    args = arguments()
     began = time.perf_counter()
     jobs = [j for s in args.shapes for j in candidates(tuple(map(int, s.split("x"))))]
     root = Path(args.store or tempfile.mkdtemp(prefix="mmtune-rows-"))
