@@ -39,7 +39,10 @@ def parse_shapes(spec: str) -> list[tuple[int, int, int]]:
     return shapes
 
 
-def bench(shapes, dtype: str = "float32", out_dir: Path | None = None, seeds: bool = True, repeat: int = 20) -> dict:
+def bench(shapes, dtype: str = "float32", out_dir: Path | None = None, seeds: bool = True, repeat: int = 20,
+          precision: str | None = None) -> dict:
+    """Each shape's kernel for `precision` (autotune.precision; default its default), cuBLAS and the
+    seed kernels, verified and timed on the same arrays."""
     from numba import cuda
 
     rng = np.random.default_rng(0)
@@ -48,8 +51,9 @@ def bench(shapes, dtype: str = "float32", out_dir: Path | None = None, seeds: bo
     for m, n, k in shapes:
         A, B = random_inputs(m, n, k, dtype, rng)
         dA, dB, dC = cuda.to_device(A), cuda.to_device(B), cuda.device_array((m, n), A.dtype)
-        choice = lookup(m, n, k, dtype)
-        row = {"m": m, "n": n, "k": k, "source": choice.source, "family": choice.family, "config": choice.config}
+        choice = lookup(m, n, k, dtype, precision=precision)
+        row = {"m": m, "n": n, "k": k, "source": choice.source, "family": choice.family, "config": choice.config,
+               "precision": choice.precision}
         row["cublas_gflops"] = time_launches(lambda: cublas(dA, dB, dC), repeat=repeat).gflops(m, n, k) if cublas else None
         shape = (m, n, k)
         row["tuned_gflops"] = _verified_gflops(kernel_for(choice, dtype, shape), shape, rng, dA, dB, dC, repeat)

@@ -1,4 +1,4 @@
-"""The SQLite cache of verified best configs: one row per (device, dtype, m, n, k, layout).
+"""The SQLite cache of verified best configs: one row per (device, dtype, m, n, k, layout, precision).
 
 Knows nothing of Numba: a row is plain data. Writes are single statements that keep the faster
 row, so concurrent tuners writing one file never lose the best (SQLite serializes them; WAL lets
@@ -17,21 +17,25 @@ from pathlib import Path
 
 import sqlite_utils
 
+from autotune.precision import PRECISIONS, UNRECORDED, of_row
 from autotune.paths import cache_file as default_path
 
 TABLE = "best"
-KEY = ("device", "dtype", "m", "n", "k", "layout")
+KEY = ("device", "dtype", "m", "n", "k", "layout", "precision")
 COLUMNS = {
     "device": str, "dtype": str, "m": int, "n": int, "k": int,
     "family": str, "params": str, "gflops": float, "median_ms": float, "spread": float,
     "trials": int, "cc": str, "driver": str, "numba": str, "numba_cuda": str,
-    "source_hash": str, "created": str, "study": str, "sm_count": int, "layout": str,
+    "source_hash": str, "created": str, "study": str, "sm_count": int, "layout": str, "precision": str,
 }
 REQUIRED = ("device", "dtype", "m", "n", "k", "family", "params", "gflops")
 #: the operands' layout a row was tuned for (kernels.LAYOUTS, not imported: it imports numba);
 #: rows written before layouts existed, and records files without the field, are NN
 LAYOUTS = ("NN", "NT", "TN", "TT")
 DEFAULT_LAYOUT = "NN"
+#: columns that join the key of a cache written by an older mmtune, with what its rows hold there
+#: (a row's precision: what its family computes, autotune.precision.of_row)
+ADDED_KEYS = {"layout": DEFAULT_LAYOUT, "precision": "ieee"}
 BUSY_TIMEOUT_MS = 30_000
 
 
@@ -78,14 +82,14 @@ class Cache:
         if others and TABLE not in others:
             raise CacheError(f"{self.path} holds other tables ({', '.join(others)}): not an mmtune cache")
         self.db.enable_wal()
-        self.table.create(COLUMNS, pk=KEY, not_null=set(REQUIRED) | {"layout"}, defaults={"layout": DEFAULT_LAYOUT},
+        self.table.create(COLUMNS, pk=KEY, not_null=set(REQUIRED) | set(ADDED_KEYS), defaults=ADDED_KEYS,
                           if_not_exists=True)
         for column in set(COLUMNS) - set(self.table.columns_dict):  # a cache written by an older mmtune
-            if column == "layout":
-                self.table.add_column(column, COLUMNS[column], not_null_default=DEFAULT_LAYOUT)
-            else:
-                self.table.add_column(column, COLUMNS[column])
-        if tuple(self.table.pks) != KEY:  # its rows are NN rows: the layout joins their key
+            self.table.add_column(column, COLUMNS[column], not_null_default=ADDED_KEYS.get(column))
+            if column == "precision":
+                for family, computed in UNRECORDED.items():
+                    self.db.execute(f"UPDATE {TABLE} SET precision = ? WHERE family = ?", [computed, family])
+        if tuple(self.table.pks) != KEY:  # its rows are NN rows of their family's precision
             self.table.transform(pk=KEY)
 
     def close(self) -> None:
@@ -105,6 +109,7 @@ class Cache:
     def _upsert(self, row: dict, source_hashes: dict[str, str] | None = None) -> bool:
         row = {c: row.get(c) for c in COLUMNS}
         row["layout"] = row["layout"] or DEFAULT_LAYOUT
+        row["precision"] = of_row(row)
         if not isinstance(row["params"], str):
             row["params"] = json.dumps(row["params"], sort_keys=True)
         row["created"] = row["created"] or datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -120,9 +125,10 @@ class Cache:
         )
         return cursor.rowcount > 0
 
-    def rows(self, device: str | None = None, dtype: str | None = None, shape=None, layout: str | None = None) -> list[dict]:
+    def rows(self, device: str | None = None, dtype: str | None = None, shape=None, layout: str | None = None,
+             precision: str | None = None) -> list[dict]:
         where, args = [], []
-        for column, value in (("device", device), ("dtype", dtype), ("layout", layout)):
+        for column, value in (("device", device), ("dtype", dtype), ("layout", layout), ("precision", precision)):
             if value is not None:
                 where.append(f"{column} = ?")
                 args.append(value)
@@ -139,8 +145,9 @@ class Cache:
         with self.db.conn:
             return sum(self._upsert(row, source_hashes) for row in rows)
 
-    def get(self, device: str, dtype: str, m: int, n: int, k: int, layout: str = DEFAULT_LAYOUT) -> dict | None:
-        rows = self.rows(device, dtype, (m, n, k), layout)
+    def get(self, device: str, dtype: str, m: int, n: int, k: int, layout: str = DEFAULT_LAYOUT,
+            precision: str = "ieee") -> dict | None:
+        rows = self.rows(device, dtype, (m, n, k), layout, precision)
         return rows[0] if rows else None
 
     def nearest(self, device: str, dtype: str, m: int, n: int, k: int, count: int = 1) -> list[tuple[float, dict]]:
@@ -170,6 +177,9 @@ def validate_records(rows) -> list[dict]:
                 raise RecordsError(f"row {i}: {column} is missing or invalid ({value!r})")
         if row.get("layout") not in (None, *LAYOUTS):
             raise RecordsError(f"row {i}: layout is invalid ({row['layout']!r}); known: {', '.join(LAYOUTS)}")
+        if row.get("precision") not in (None, *PRECISIONS):
+            raise RecordsError(f"row {i}: precision is invalid ({row['precision']!r}); "
+                               f"known: {', '.join(PRECISIONS)}")
         unknown = set(row) - set(COLUMNS)
         if unknown:
             raise RecordsError(f"row {i}: unknown fields {sorted(unknown)}")
@@ -248,13 +258,16 @@ def _replaces_sql(new_family, new_hash, new_gflops, old_family, old_hash, old_gf
 
 
 def decode(row: dict) -> dict:
-    """A row with params as an object, and its layout (NN where a records file has none)."""
+    """A row with params as an object, its layout (NN where a records file has none) and its
+    precision (its family's, where a records file has none: autotune.precision.of_row)."""
     row = dict(row)
     row["params"] = json.loads(row["params"]) if isinstance(row["params"], str) else row["params"]
     row["layout"] = row.get("layout") or DEFAULT_LAYOUT
+    row["precision"] = of_row(row)
     return row
 
 
 def row_key(row: dict) -> tuple:
-    """A row's key (KEY), its layout NN where it has none."""
-    return tuple(row.get(c) or DEFAULT_LAYOUT if c == "layout" else row[c] for c in KEY)
+    """A row's key (KEY), its layout and precision filled in as `decode` fills them."""
+    filled = {"layout": row.get("layout") or DEFAULT_LAYOUT, "precision": of_row(row)}
+    return tuple(filled[c] if c in filled else row[c] for c in KEY)

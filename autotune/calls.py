@@ -28,6 +28,7 @@ from typing import Callable
 import numpy as np
 
 from autotune import backends, launch, store
+from autotune.precision import resolve as resolve_precision
 from autotune.operands import (
     Operand, OperandError, check_product, dtype_name, kind_of, memory_shapes, offset_bits, peeled_rows, reader,
     unaligned_rows,
@@ -76,22 +77,23 @@ def _driver_wanted() -> bool:
     return launch.driver_available()
 
 
-def matmul(A, B, out=None, stream=None, deterministic=False):
+def matmul(A, B, out=None, stream=None, deterministic=False, precision=None):
     """C = A @ B with the tuned kernel. A and B: NumPy arrays (copied to the GPU and back), or
     device arrays (PyTorch, CuPy, Numba, or anything with __cuda_array_interface__ or
     __dlpack__), used in place and launched on the caller's current stream or on `stream`.
     Returns the same kind as A; `out`, if given, receives C and is returned. With
     `deterministic`, a kernel that does not add into C (split-K, stream-K): the same operands give
-    the same bits."""
+    the same bits. `precision` ("ieee" or "tf32x3", autotune.precision; default "ieee") names how
+    exactly float32 is computed: "tf32x3" lets the tensor cores compute it, where they are faster."""
     found_a, found_b = _readers.get(type(A)), _readers.get(type(B))
     if found_a is None or found_b is None:
-        return _first_sight(A, B, out, stream, deterministic)
+        return _first_sight(A, B, out, stream, deterministic, precision)
     kind, read = found_a
     a, b = read(A), found_b[1](B)
-    key = (a.shape, b.shape, a.strides, b.strides, a.dtype, b.dtype, a.device, b.device, deterministic)
+    key = (a.shape, b.shape, a.strides, b.strides, a.dtype, b.dtype, a.device, b.device, deterministic, precision)
     call = _plans.get(key)
     if call is None:
-        call = _build(key, kind, a, b, stream, deterministic)
+        call = _build(key, kind, a, b, stream, deterministic, precision)
     if out is None:
         out, c = _empty(kind, A, call)
     else:
@@ -128,7 +130,7 @@ def _register(x, name: str):
     return found
 
 
-def _first_sight(A, B, out, stream, deterministic):
+def _first_sight(A, B, out, stream, deterministic, precision):
     """A call with an operand type not seen before: NumPy, the simulator and the Numba fallback
     go to autotune.runtime; on the driver path the types' readers are registered."""
     if isinstance(A, np.ndarray) or isinstance(B, np.ndarray) or backend() == "numba":
@@ -136,10 +138,10 @@ def _first_sight(A, B, out, stream, deterministic):
 
         if stream is None and not isinstance(A, np.ndarray) and not backends.simulated():
             stream = _caller_stream(A)
-        return runtime.matmul(A, B, out, stream, deterministic)
+        return runtime.matmul(A, B, out, stream, deterministic, precision)
     _register(A, "A")
     _register(B, "B")
-    return matmul(A, B, out, stream, deterministic)
+    return matmul(A, B, out, stream, deterministic, precision)
 
 
 def _caller_stream(A) -> int:
@@ -150,7 +152,8 @@ def _caller_stream(A) -> int:
     return 0
 
 
-def _build(key: tuple, kind: str, a: Operand, b: Operand, stream, deterministic: bool) -> CallPlan:
+def _build(key: tuple, kind: str, a: Operand, b: Operand, stream, deterministic: bool,
+           precision: str | None) -> CallPlan:
     m, n, k, dtype, layout = check_product(a, b)
     with _build_lock:
         call = _plans.get(key)
@@ -159,7 +162,7 @@ def _build(key: tuple, kind: str, a: Operand, b: Operand, stream, deterministic:
         device = launch.device(a.device)
         previous = device.enter()
         try:
-            plan, family, config = _plan(device, kind, a, stream, m, n, k, dtype, layout, deterministic)
+            plan, family, config = _plan(device, kind, a, stream, m, n, k, dtype, layout, deterministic, precision)
         finally:
             device.leave(previous)
         call = _plans[key] = CallPlan(kind, m, n, dtype, layout, ((m, n), None, a.dtype, a.device), plan, family, config)
@@ -167,18 +170,18 @@ def _build(key: tuple, kind: str, a: Operand, b: Operand, stream, deterministic:
 
 
 def _plan(device: launch.Device, kind: str, a: Operand, stream, m: int, n: int, k: int, dtype: str, layout: str,
-          deterministic: bool = False):
+          deterministic: bool = False, precision: str | None = None):
     """(launch plan, family, config) for a product in `layout` on `device`, whose context is current."""
     raw = current_stream(kind, a.device) if stream is None else launch.stream_handle(stream)
     _refuse_during_capture(raw, m, n, k, dtype, a.device)
     if not (m and n):  # an empty C needs no kernel (and CUDA refuses an empty grid)
         return None, "", {}
     gpu = _identity(device)
-    family, config, entry = find_entry(gpu, m, n, k, dtype, layout, deterministic)
+    family, config, entry = find_entry(gpu, m, n, k, dtype, layout, deterministic, precision)
     rest = peeled_rows(m, config, layout)
     if not rest:
         return entry_plan(device, entry, m, n, k, dtype, layout), family, config
-    *_, rest_entry = find_entry(gpu, rest, n, k, dtype, layout, deterministic)
+    *_, rest_entry = find_entry(gpu, rest, n, k, dtype, layout, deterministic, precision)
     main, itemsize = m - rest, np.dtype(dtype).itemsize
     parts = [(entry_plan(device, entry, main, n, k, dtype, layout), 0, 0),
              (entry_plan(device, rest_entry, rest, n, k, dtype, layout), main * k * itemsize, main * n * itemsize)]
@@ -226,21 +229,23 @@ def _identity(device: launch.Device) -> backends.Device:
 
 
 def find_entry(gpu: backends.Device, m: int, n: int, k: int, dtype: str, layout: str = "NN",
-               deterministic: bool = False):
-    """(family, config, store entry) for a shape and layout on a GPU: from the store when it
-    remembers them (numba stays unloaded), else from `lookup` for that GPU and, if missing,
-    compiled into the store for that layout and the offset width the shape needs. The store
-    remembers what a plain lookup chose; a deterministic call takes it only if it does not add into C."""
-    found = store.recall(gpu.name, dtype, (m, n, k), layout=layout)
+               deterministic: bool = False, precision: str | None = None):
+    """(family, config, store entry) for a shape, layout and precision (autotune.precision; None:
+    its default) on a GPU: from the store when it remembers them (numba stays unloaded), else from
+    `lookup` for that GPU and, if missing, compiled into the store for that layout and the offset
+    width the shape needs. The store remembers what a plain lookup chose; a deterministic call
+    takes it only if it does not add into C."""
+    precision = resolve_precision(precision, dtype, gpu.cc)
+    found = store.recall(gpu.name, dtype, (m, n, k), layout=layout, precision=precision)
     if found is None or (deterministic and store.adds_into_c(found[1])):
         from autotune.runtime import lookup
 
         stamp = store.cache_stamp()  # before looking up: a write meanwhile must make this stale
-        choice = lookup(m, n, k, dtype, gpu, layout, deterministic)
+        choice = lookup(m, n, k, dtype, gpu, layout, deterministic, precision)
         found = (choice.family, choice.config)
         try:
             if not deterministic:
-                store.remember(gpu.name, dtype, (m, n, k), *found, stamp=stamp, layout=layout)
+                store.remember(gpu.name, dtype, (m, n, k), *found, stamp=stamp, layout=layout, precision=precision)
         except OSError as error:
             warnings.warn(f"mmtune: cannot write to the kernel store: {error}", stacklevel=3)
     family, config = found

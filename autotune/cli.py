@@ -19,6 +19,9 @@ app = typer.Typer(
 DTYPE_HELP = "Element type: float32, float64 or int32."
 LAYOUT_HELP = ("How A and B are stored: NN, NT, TN or TT; T is the transpose of a C-contiguous array "
                "(A.T, B.T views).")
+PRECISION_HELP = ("How exactly float32 is computed: ieee (the CUDA cores, as cuBLAS's SGEMM; the default) or "
+                  "tf32x3 (also three TF32 products on the tensor cores, where faster; subnormal operands held "
+                  "to 2**-147). float64 and int32 are IEEE either way.")
 
 
 class UserError(Exception):
@@ -68,6 +71,18 @@ def _layout(text: str) -> str:
     return text.upper()
 
 
+def _precision(text: Optional[str]) -> Optional[str]:
+    """--precision in its canonical spelling, or None where not given (the default)."""
+    if text is None:
+        return None
+    from autotune.precision import PrecisionError, check
+
+    try:
+        return check(text)
+    except PrecisionError as error:
+        raise UserError(str(error)) from None
+
+
 def _layout_suffix(layout: Optional[str]) -> str:
     """' TN' after a shape tuned for another layout than NN; nothing for NN."""
     return "" if layout in (None, "NN") else f" {layout}"
@@ -96,6 +111,7 @@ def tune(
     trial_timeout: float = typer.Option(300, help="Fail a trial (and stop its measuring process) after this many seconds."),
     gpus: Optional[str] = typer.Option(None, help="GPU indices like 0,1: --jobs workers on each, all on one study."),
     layout: str = typer.Option("NN", help=LAYOUT_HELP),
+    precision: Optional[str] = typer.Option(None, help=PRECISION_HELP),
     simulate: bool = typer.Option(False, help="Run on the CPU under Numba's CUDA simulator (tiny shapes)."),
 ):
     """Search kernel configs for one shape; cache and print the verified best."""
@@ -106,7 +122,8 @@ def tune(
         from autotune.tuner import TuneError, TuneRequest, tune as run
 
         options = dict(dtype=dtype, trials=trials, timeout=timeout, sampler=sampler, storage=storage, seed=seed,
-                       layout=_layout(layout), trial_timeout=trial_timeout, gpus=_int_list(gpus, "--gpus", "GPU indices like 0,1", least=0))
+                       layout=_layout(layout), precision=_precision(precision), trial_timeout=trial_timeout,
+                       gpus=_int_list(gpus, "--gpus", "GPU indices like 0,1", least=0))
         if family:
             options["families"] = family
         if jobs is not None:
@@ -118,7 +135,7 @@ def tune(
     if row is None:
         _fail(RuntimeError(f"no config verified in {result.trials} trials ({result.failed} failed); see study {result.study_name}"))
     typer.echo(f"best for {row['device']} {row['dtype']} {m}x{n}x{k}{_layout_suffix(row['layout'])}: {row['family']} "
-               f"{json.dumps(row['params'])}")
+               f"{json.dumps(row['params'])} ({row['precision']})")
     typer.echo(
         f"  {_gflops(row['gflops'])} GFLOPS, median {row['median_ms']:.4g} ms, spread {row['spread']:.1%};"
         f" {result.trials} trials ({result.new_trials} new, {result.failed} failed) in {result.wall_s:.0f} s"
@@ -134,6 +151,7 @@ def best(
     k: Optional[int] = typer.Option(None, "--k", help="See --m."),
     dtype: Optional[str] = typer.Option(None, help=DTYPE_HELP),
     layout: Optional[str] = typer.Option(None, help="Only rows tuned for this layout (NN, NT, TN or TT)."),
+    precision: Optional[str] = typer.Option(None, help="Only rows of kernels of this precision: ieee or tf32x3."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list of the rows."),
 ):
     """Show the cached best configs, for all shapes or one."""
@@ -141,7 +159,8 @@ def best(
         from autotune.cache import Cache, CacheError, stale
         from kernels import source_hashes
 
-        rows = Cache().rows(dtype=dtype, shape=_shape(m, n, k), layout=_layout(layout) if layout else None)
+        rows = Cache().rows(dtype=dtype, shape=_shape(m, n, k), layout=_layout(layout) if layout else None,
+                            precision=_precision(precision))
         hashes = source_hashes()
     except (UserError, CacheError) as error:
         _fail(error)
@@ -150,12 +169,13 @@ def best(
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    table = Table("device", "dtype", "M", "N", "K", "layout", "family", "params", "GFLOPS", "spread", "trials", "tuned",
-                  "code")
+    table = Table("device", "dtype", "M", "N", "K", "layout", "precision", "family", "params", "GFLOPS", "spread",
+                  "trials", "tuned", "code")
     for r in rows:
         params = " ".join(f"{key}={value}" for key, value in r["params"].items())
         table.add_row(
-            r["device"], r["dtype"], str(r["m"]), str(r["n"]), str(r["k"]), r["layout"], r["family"], params,
+            r["device"], r["dtype"], str(r["m"]), str(r["n"]), str(r["k"]), r["layout"], r["precision"], r["family"],
+            params,
             _gflops(r["gflops"]), f"{r['spread']:.1%}" if r["spread"] is not None else "",
             str(r["trials"] or ""), (r["created"] or "")[:10], "stale" if r["stale"] else "current",
         )
@@ -172,6 +192,7 @@ def lookup(
     dtype: str = typer.Option("float32", help=DTYPE_HELP),
     layout: str = typer.Option("NN", help=LAYOUT_HELP),
     deterministic: bool = typer.Option(False, "--deterministic", help="Only configs that do not add into C: no split-K or stream-K (same bits on every run)."),
+    precision: Optional[str] = typer.Option(None, help=PRECISION_HELP),
     simulate: bool = typer.Option(False, help="Look up for the simulator's rows."),
 ):
     """Say which config matmul would use for a shape, and where it came from."""
@@ -180,10 +201,11 @@ def lookup(
         from autotune.runtime import lookup as find
         from autotune.operands import OperandError
 
-        choice = find(m, n, k, dtype, layout=_layout(layout), deterministic=deterministic)
+        choice = find(m, n, k, dtype, layout=_layout(layout), deterministic=deterministic,
+                      precision=_precision(precision))
     except (UserError, OperandError) as error:
         _fail(error)
-    typer.echo(f"{choice.source}: {choice.family} {json.dumps(choice.config)}")
+    typer.echo(f"{choice.source}: {choice.family} {json.dumps(choice.config)} ({choice.precision})")
     if choice.tuned_shape:
         shape = "x".join(map(str, choice.tuned_shape)) + _layout_suffix(choice.tuned_layout)
         typer.echo(f"  tuned for {shape} (distance {choice.distance:.2f}) at {_gflops(choice.gflops)} GFLOPS"
@@ -207,16 +229,17 @@ def bench(
         False, "--peers", help="Instead, time the path users call on PyTorch tensors: mmtune's matmul, torch.matmul, "
         "Triton and CuPy where they import; writes peers.json, peers.md and peers.png.",
     ),
+    precision: Optional[str] = typer.Option(None, help=PRECISION_HELP),
 ):
     """Time the kernel matmul uses for each shape next to cuBLAS and the seed kernels (or, with --peers, the call)."""
     if peers:
-        return _bench_peers(shapes, dtype, out, simulate)
+        return _bench_peers(shapes, dtype, out, simulate, precision)
     try:
         _use_simulator(simulate)
         from autotune.bench import bench as run, parse_shapes
         from autotune.cache import CacheError
 
-        result = run(parse_shapes(shapes), dtype, out, seeds)
+        result = run(parse_shapes(shapes), dtype, out, seeds, precision=_precision(precision))
     except (UserError, CacheError, ValueError) as error:
         _fail(error)
     table = Table("shape", "config from", "family", "GFLOPS", "cuBLAS", "ratio", "naive", "shared")
@@ -233,7 +256,7 @@ def bench(
     typer.echo(f"timings: {result['timing']}")
 
 
-def _bench_peers(shapes: str, dtype: str, out: Optional[Path], simulate: bool) -> None:
+def _bench_peers(shapes: str, dtype: str, out: Optional[Path], simulate: bool, precision: Optional[str]) -> None:
     try:
         _use_simulator(simulate)
         from autotune.bench import parse_shapes
@@ -242,7 +265,8 @@ def _bench_peers(shapes: str, dtype: str, out: Optional[Path], simulate: bool) -
 
         if dtype != "float32":
             raise UserError("--peers times float32 only")
-        result = bench_peers(parse_shapes(shapes), out, progress=lambda text: typer.echo(text, err=True))
+        result = bench_peers(parse_shapes(shapes), out, progress=lambda text: typer.echo(text, err=True),
+                             precision=_precision(precision))
     except (UserError, CacheError, PeersError, ValueError) as error:
         _fail(error)
     typer.echo(markdown(result), nl=False)

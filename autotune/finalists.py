@@ -92,7 +92,8 @@ def winner_row(study: optuna.Study, shape, dtype: str, device: dict, layout: str
     config, result = max(timed, key=lambda entry: entry[1]["gflops"])
     return {
         **device, "dtype": dtype, "m": shape[0], "n": shape[1], "k": shape[2], "layout": layout,
-        "family": config.family, "params": config.params, "gflops": result["gflops"],
+        "family": config.family, "params": config.params, "precision": kernels.family(config.family).precision,
+        "gflops": result["gflops"],
         "median_ms": result["median_ms"], "spread": result["spread"],
         **{k: v for k, v in versions().items() if k != "python"},
         "source_hash": result["source_hash"],

@@ -20,6 +20,7 @@ import optuna
 
 import kernels
 from autotune.cache import Cache, replaces
+from autotune.precision import PRECISIONS
 from autotune.storage import masked, open_storage, setup_lock, storage_errors
 from autotune.study import SPACE_TAG
 
@@ -58,6 +59,8 @@ def parse_study_name(name: str) -> tuple[str, str, tuple[int, int, int], str] | 
         return None
     body, layout = name[len(PREFIX):], "NN"
     body = body.split(SPACE_TAG)[0]  # studies of any space: their winners are rows all the same
+    for precision in PRECISIONS:  # a winner's row has its family's precision, whatever the study's
+        body = body.removesuffix(f":{precision}")
     if body[-3:-2] == ":" and body[-2:] in kernels.LAYOUTS:
         body, layout = body[:-3], body[-2:]
     parts = body.rsplit(":", 2)
@@ -116,7 +119,8 @@ def _best_trial_row(summary, device: str, dtype: str, shape: tuple[int, int, int
     config = config_of(trial.params)
     return {
         "device": device, "dtype": dtype, "m": shape[0], "n": shape[1], "k": shape[2], "layout": layout,
-        "family": config.family, "params": config.params, "gflops": trial.value,
+        "family": config.family, "params": config.params, "precision": kernels.family(config.family).precision,
+        "gflops": trial.value,
         "median_ms": trial.user_attrs.get("median_ms"), "spread": trial.user_attrs.get("spread"),
         "study": summary.study_name,
     }

@@ -240,13 +240,13 @@ class _LoopTimer:
         return time_launches(self.call, warmup=1, repeat=5).median_ms * 1e-3
 
 
-def torch_peers(device: TorchDevice) -> tuple[list[Peer], dict[str, str]]:
-    """The peers that import here, and why each other one is absent."""
+def torch_peers(device: TorchDevice, precision: str | None = None) -> tuple[list[Peer], dict[str, str]]:
+    """The peers that import here, and why each other one is absent; mmtune's asks for `precision`."""
     torch = device.torch
     from autotune import matmul  # the path users call: driver plans on torch's stream
 
     peers = [
-        Peer("mmtune", lambda A, B, C: partial(matmul, A, B, out=C)),
+        Peer("mmtune", lambda A, B, C: partial(matmul, A, B, out=C, precision=precision)),
         Peer("cublas", lambda A, B, C: partial(torch.matmul, A, B, out=C)),
     ]
     absent = {}
@@ -274,20 +274,21 @@ def torch_peers(device: TorchDevice) -> tuple[list[Peer], dict[str, str]]:
 def bench_peers(
     shapes: list[tuple[int, int, int]], out_dir: Path | None = None, rounds: int = ROUNDS,
     progress: Callable[[str], None] | None = None, device=None, peers: list[Peer] | None = None,
-    absent: dict[str, str] | None = None,
+    absent: dict[str, str] | None = None, precision: str | None = None,
 ) -> dict:
     """Time every peer at OVERHEAD_SHAPE (for the call overhead), then at every shape; with
     `out_dir`, write peers.json, peers.md and peers.png there. `device` and `peers` default to
-    the GPU through PyTorch and the peers that import."""
+    the GPU through PyTorch and the peers that import; mmtune's kernels are of `precision`
+    (autotune.precision; default its default)."""
     if device is None:
         device = TorchDevice()
     if peers is None:
-        peers, absent = torch_peers(device)
+        peers, absent = torch_peers(device, precision)
     absent = dict(absent or {})
     measured = {}
     # OVERHEAD_SHAPE first: its first calls, not the suite's, carry the libraries' one-time setup
     for shape in dict.fromkeys([OVERHEAD_SHAPE, *shapes]):
-        measured[shape] = measure_shape(shape, device, peers, rounds)
+        measured[shape] = measure_shape(shape, device, peers, rounds, precision)
         if progress:
             progress(_progress_line(measured[shape]))
     rows = [measured[tuple(shape)] for shape in shapes]
@@ -298,7 +299,7 @@ def bench_peers(
         overhead[name] = call_us - kernel_us if call_us is not None and kernel_us is not None else None
     ratios = [(r["vs_cublas"], f"{r['m']}x{r['n']}x{r['k']}") for r in rows if r["vs_cublas"]]
     result = {
-        "device": device.name, "dtype": DTYPE, "date": time.strftime("%Y-%m-%d"),
+        "device": device.name, "dtype": DTYPE, "precision": precision, "date": time.strftime("%Y-%m-%d"),
         **versions(), **device.versions,
         "peers": [p.name for p in peers], "absent": absent,
         "call_overhead_us": overhead,
@@ -314,15 +315,17 @@ def bench_peers(
     return result
 
 
-def measure_shape(shape: tuple[int, int, int], device, peers: list[Peer], rounds: int = ROUNDS) -> dict:
+def measure_shape(shape: tuple[int, int, int], device, peers: list[Peer], rounds: int = ROUNDS,
+                  precision: str | None = None) -> dict:
     """One shape: every peer's first call (verified), then `rounds` rounds in which each peer in
     turn takes one call sample and one kernel sample."""
     from autotune.runtime import lookup
 
     m, n, k = shape
     operands = device.operands(m, n, k, zlib.crc32(f"{m}x{n}x{k}".encode()))
-    choice = lookup(m, n, k, DTYPE)
-    row = {"m": m, "n": n, "k": k, "category": category(m, n, k), "source": choice.source, "family": choice.family}
+    choice = lookup(m, n, k, DTYPE, precision=precision)
+    row = {"m": m, "n": n, "k": k, "category": category(m, n, k), "source": choice.source, "family": choice.family,
+           "precision": choice.precision}
     for name in PEER_NAMES:
         for field in ("call_gflops", "kernel_gflops", "first_call_s", "call_us", "kernel_us", "error", "kernel_timing"):
             row[f"{name}_{field}"] = None

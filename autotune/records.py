@@ -128,7 +128,7 @@ def select(source: Path | None = None, device: str | None = None, dtype: str | N
 
 def promote(rows: list[dict], out: Path | None = None) -> list[Promotion]:
     """Merge `rows` into the records file of each row's GPU model in this source checkout (or
-    all into `out`), keeping per (device, dtype, m, n, k, layout) the faster row, or the current one where
+    all into `out`), keeping per (device, dtype, m, n, k, layout, precision) the faster row, or the current one where
     the other was measured on older kernel code; each file is sorted by that key and replaced
     atomically."""
     validate_records(rows)
@@ -189,7 +189,7 @@ def _source_hashes() -> dict[str, str]:
 def _canonical(row: dict) -> dict:
     """The row with every column, in the cache's column order and with params sorted, so the
     file's diffs show what changed and nothing else; the layout only where it is not NN (the
-    layout of a row without one)."""
+    layout of a row without one), the precision always."""
     row = decode(row)
     return {c: dict(sorted(row["params"].items())) if c == "params" else row.get(c) for c in COLUMNS
             if c != "layout" or row["layout"] != DEFAULT_LAYOUT}

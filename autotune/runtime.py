@@ -27,7 +27,8 @@ other architectures are never used); then the faster (exact) or the closer (near
 measured on other kernel code than today's (its source hash differs) is stale: it is used only
 when no fresh row fits at steps 1 and 3, with a one-time warning to re-tune. A deterministic
 lookup skips every config that adds into C (split-K, stream-K: their atomic additions land in any
-order), at every step.
+order), at every step; a lookup of a precision (autotune.precision: "ieee" unless asked) takes
+only configs whose family computes in that precision or a stricter one, at every step.
 A pick whose tiles would spend a whole tile row on C's last few rows leaves those rows to a
 product of their own (`Choice.peel`, autotune.operands.peeled_rows), looked up as any other.
 Lookups and built kernels are memoized per process; call `clear()` after tuning in-process.
@@ -46,6 +47,7 @@ from autotune import backends, neighbours, records
 from autotune.backends import Device
 from autotune.cache import Cache, CacheError, shape_distance, stale
 from autotune.model import predict, similar_load
+from autotune.precision import allows, of_row, resolve as resolve_precision
 from autotune.operands import OperandError, arrays_layout, check_shapes, peeled_rows
 from autotune.records import ANOTHER_ARCHITECTURE, GPU_MATCHES, closest_table, gpu_rank
 from autotune.space import DEFAULT_FAMILY, GpuLimits, default_config, few_rows_guess, infeasibility, small_k_guess
@@ -76,6 +78,8 @@ class Choice:
     peel: int = 0
     #: the config of that product, as lookup picks it for a (peel x N x K) product
     rest: "Choice | None" = None
+    #: how the config's kernel computes (its family's precision, autotune.precision)
+    precision: str = "ieee"
 
 
 @dataclass(frozen=True)
@@ -124,22 +128,25 @@ def clear() -> None:
 
 
 def lookup(m: int, n: int, k: int, dtype: str = "float32", device: Device | None = None, layout: str = "NN",
-           deterministic: bool = False) -> Choice:
+           deterministic: bool = False, precision: str | None = None) -> Choice:
     """The config `matmul` uses for an (M x K) @ (K x N) product of `dtype` on `device` (default:
     the current GPU) with operands in `layout` (kernels.LAYOUTS), and where it came from; with
-    `deterministic`, one that does not add into C (split-K, stream-K)."""
+    `deterministic`, one that does not add into C (split-K, stream-K); of `precision` or a
+    stricter one (autotune.precision; default: its default for the dtype and GPU)."""
     device = device or _this_gpu()
-    key = (m, n, k, dtype, device, layout, deterministic)
+    wanted = resolve_precision(precision, dtype, device.cc)
+    key = (m, n, k, dtype, device, layout, deterministic, wanted)
     choice = _choices.get(key)
     if choice is None:
-        found = _find(m, n, k, dtype, device, layout, deterministic)
+        found = _find(m, n, k, dtype, device, layout, deterministic, wanted)
         peel = peeled_rows(m, found.config, layout)
-        rest = lookup(peel, n, k, dtype, device, layout, deterministic) if peel else None
-        choice = _choices[key] = replace(found, peel=peel, rest=rest)
+        rest = lookup(peel, n, k, dtype, device, layout, deterministic, wanted) if peel else None
+        choice = _choices[key] = replace(found, peel=peel, rest=rest, precision=kernels.family(found.family).precision)
     return choice
 
 
-def _find(m: int, n: int, k: int, dtype: str, device: Device, layout: str = "NN", deterministic: bool = False) -> Choice:
+def _find(m: int, n: int, k: int, dtype: str, device: Device, layout: str, deterministic: bool,
+          wanted: str) -> Choice:
     if dtype not in DTYPES:
         raise OperandError(f"unsupported dtype {dtype}; supported: {', '.join(DTYPES)}")
     if layout not in LAYOUTS:
@@ -151,7 +158,8 @@ def _find(m: int, n: int, k: int, dtype: str, device: Device, layout: str = "NN"
     ranked, usable = [], []
     for origin, row in candidates:
         match, served = gpu_match(row, device), layout_rank(row, layout)
-        if match is None or served is None or (deterministic and adds_into_c(row["params"])):
+        if (match is None or served is None or (deterministic and adds_into_c(row["params"]))
+                or not allows(wanted, of_row(row))):
             continue
         if not _usable(row, dtype):
             continue
@@ -173,7 +181,7 @@ def _find(m: int, n: int, k: int, dtype: str, device: Device, layout: str = "NN"
         if short is not None:
             return Choice(short.family, short.params, "small-k", device.name,
                           basis=f"K = {k}: the 64x64 tile, BK {short.params['bk']}")
-        measured = _measured(m, n, k, dtype, device, deterministic)
+        measured = _measured(m, n, k, dtype, device, deterministic, wanted)
         if measured is not None:
             return measured
     if best is None or (best[4] > 0 and not similar_load(best[2], m, n, k, device)):
@@ -182,7 +190,7 @@ def _find(m: int, n: int, k: int, dtype: str, device: Device, layout: str = "NN"
         if prediction is not None:
             return Choice(prediction.family, prediction.config, "model", device.name, basis=prediction.basis)
     if best is None:
-        return (_measured(m, n, k, dtype, device, deterministic, other_architectures=True)
+        return (_measured(m, n, k, dtype, device, deterministic, wanted, other_architectures=True)
                 or Choice(DEFAULT_FAMILY, default_config(DEFAULT_FAMILY), "default", device.name))
     _, origin, row, match, distance, is_stale = best
     if is_stale:
@@ -197,13 +205,14 @@ def _find(m: int, n: int, k: int, dtype: str, device: Device, layout: str = "NN"
     )
 
 
-def _measured(m: int, n: int, k: int, dtype: str, device: Device, deterministic: bool,
+def _measured(m: int, n: int, k: int, dtype: str, device: Device, deterministic: bool, wanted: str,
               other_architectures: bool = False) -> Choice | None:
     """The measured table's pick (autotune.neighbours) from the table of the GPU closest to this
     one (records.closest_table), or None where no table of this dtype and architecture ships.
     With `other_architectures` (when nothing of this architecture can serve the shape), also the
     table of the nearest other architecture, its picks limited to the instructions this GPU has
-    (space.arch_infeasibility): the register default is the slowest config there is."""
+    (space.arch_infeasibility): the register default is the slowest config there is. Only
+    candidates whose family computes as `wanted` allows (autotune.precision.allows)."""
     if "measured" not in _shipped:
         _shipped["measured"] = records.measured_tables()
     found = closest_table(_shipped["measured"], dtype, device.name, device.cc, device.sm_count)
@@ -211,8 +220,12 @@ def _measured(m: int, n: int, k: int, dtype: str, device: Device, deterministic:
         return None
     match, table = found
     limits = GpuLimits.for_cc(device.cc)
-    pick = neighbours.choose(table, m, n, k, device.sm_count, deterministic,
-                             feasible=lambda family, params: infeasibility(family, params, dtype, limits) is None)
+
+    def feasible(family: str, params: dict) -> bool:
+        return (allows(wanted, kernels.family(family).precision)
+                and infeasibility(family, params, dtype, limits) is None)
+
+    pick = neighbours.choose(table, m, n, k, device.sm_count, deterministic, feasible=feasible)
     if pick is None:
         return None
     return Choice(pick.family, pick.config, "measured", device.name, measured_on=table["device"],
@@ -276,24 +289,25 @@ def kernel_for(choice: Choice, dtype: str, shape: tuple[int, int, int], layout: 
     return kernel
 
 
-def matmul(A, B, out=None, stream=None, deterministic=False):
+def matmul(A, B, out=None, stream=None, deterministic=False, precision=None):
     """C = A @ B through Numba's dispatcher (autotune.calls.matmul sends the simulator, NumPy
     operands and MMTUNE_LAUNCH=numba here). A and B: NumPy arrays (copied to the GPU and back),
     or device arrays (Numba, or anything with __cuda_array_interface__ such as CuPy and PyTorch;
     each C-contiguous or the transpose of a C-contiguous array), used in place, launched on
     `stream` (a raw handle or a Numba stream; default: the default stream). Returns the same kind
     as A; `out`, if given, receives C and is returned. With `deterministic`, a kernel that does not
-    add into C (split-K, stream-K)."""
+    add into C (split-K, stream-K); with `precision`, one of that precision or a stricter one
+    (autotune.precision)."""
     if isinstance(A, np.ndarray) or isinstance(B, np.ndarray):
         if not (isinstance(A, np.ndarray) and isinstance(B, np.ndarray)):
             raise OperandError("A and B must both be NumPy arrays or both be device arrays")
-        return _host_matmul(A, B, out, deterministic)
+        return _host_matmul(A, B, out, deterministic, precision)
     dA, dB = _device_view(A, "A"), _device_view(B, "B")
     key = (dA.shape, dB.shape, dA.dtype, dB.dtype, dA.is_c_contiguous(), dB.is_c_contiguous(), dA.is_f_contiguous(),
-           dB.is_f_contiguous(), deterministic)
+           dB.is_f_contiguous(), deterministic, precision)
     plan = _plans.get(key)
     if plan is None:
-        plan = _plans[key] = _plan(dA, dB, deterministic)
+        plan = _plans[key] = _plan(dA, dB, deterministic, precision)
     if out is None:
         out = _empty_like(A, plan.shape, plan.dtype)
     dC = _device_view(out, "out")
@@ -318,18 +332,18 @@ def _numba_stream(stream):
     return cuda.external_stream(launch.stream_handle(stream))
 
 
-def _plan(dA, dB, deterministic: bool = False) -> _Plan:
+def _plan(dA, dB, deterministic: bool = False, precision: str | None = None) -> _Plan:
     """The kernel for these operands' shapes, dtype and layout: a transposed C-contiguous view
     ("T", F-contiguous in Numba's terms) is passed as the array it transposes."""
     m, n, k, dtype = check_shapes(dA, dB)
     layout = arrays_layout(dA, dB)
-    return _Plan((m, n), np.dtype(dtype), layout, _parts(m, n, k, dtype, layout, deterministic))
+    return _Plan((m, n), np.dtype(dtype), layout, _parts(m, n, k, dtype, layout, deterministic, precision))
 
 
-def _parts(m: int, n: int, k: int, dtype: str, layout: str, deterministic: bool) -> tuple:
+def _parts(m: int, n: int, k: int, dtype: str, layout: str, deterministic: bool, precision: str | None) -> tuple:
     """_Plan.parts: lookup's kernel for the product, or for its first rows and, for the rows it
     peels, the kernel lookup picks for a product of those rows."""
-    choice = lookup(m, n, k, dtype, layout=layout, deterministic=deterministic)
+    choice = lookup(m, n, k, dtype, layout=layout, deterministic=deterministic, precision=precision)
     main = m - choice.peel
     parts = [(0, main, kernel_for(choice, dtype, (m, n, k), layout))]
     if choice.peel:
@@ -337,7 +351,7 @@ def _parts(m: int, n: int, k: int, dtype: str, layout: str, deterministic: bool)
     return tuple((first, rows, kernel, kernel.launcher(rows, n)) for first, rows, kernel in parts)
 
 
-def _host_matmul(A: np.ndarray, B: np.ndarray, out, deterministic: bool = False):
+def _host_matmul(A: np.ndarray, B: np.ndarray, out, deterministic: bool = False, precision: str | None = None):
     """NumPy operands of any layout are copied C-contiguous to the GPU: the NN kernel."""
     m, n, k, dtype = check_shapes(A, B)
     if out is not None and (not isinstance(out, np.ndarray) or out.shape != (m, n) or out.dtype != A.dtype):
@@ -345,7 +359,7 @@ def _host_matmul(A: np.ndarray, B: np.ndarray, out, deterministic: bool = False)
     require_device_memory((m * k + k * n + m * n) * A.dtype.itemsize)
     backend = backends.current()
     dC = backend.empty((m, n), A.dtype)
-    plan = _Plan((m, n), A.dtype, "NN", _parts(m, n, k, dtype, "NN", deterministic))
+    plan = _Plan((m, n), A.dtype, "NN", _parts(m, n, k, dtype, "NN", deterministic, precision))
     plan.launch(backend.to_device(np.ascontiguousarray(A)), backend.to_device(np.ascontiguousarray(B)), dC)
     if out is None:
         return dC.copy_to_host()

@@ -10,6 +10,7 @@ import random
 from dataclasses import dataclass, fields
 
 import kernels
+from autotune.precision import allows
 from kernels.base import Config, DeviceLimits, all_configs
 
 FAMILY_NAMES = tuple(kernels.FAMILIES)
@@ -97,13 +98,15 @@ def feasible_configs(family: str, dtype: str, limits: DeviceLimits) -> list[dict
             if entry.restrict(c, dtype, limits) is None and arch_infeasibility(family, c, dtype, cc) is None]
 
 
-def families_for(dtype: str, cc: str | None = None, m: int | None = None) -> list[str]:
+def families_for(dtype: str, cc: str | None = None, m: int | None = None, precision: str | None = None) -> list[str]:
     """The families whose kernels multiply `dtype` (whose restriction takes their default config
     in it) on a GPU of compute capability `cc` (None or "": any; runs_on), for products of `m`
-    rows (None: any; ROW_FAMILIES), in kernels.FAMILIES order: what a tune searches unless told."""
+    rows (None: any; ROW_FAMILIES), in a precision that `precision` allows (None: any;
+    autotune.precision), in kernels.FAMILIES order: what a tune searches unless told."""
     return [name for name, entry in kernels.FAMILIES.items()
             if entry.restrict(entry.default, dtype, DeviceLimits()) is None and runs_on(name, dtype, cc)
-            and (m is None or m <= ROW_FAMILIES.get(name, m))]
+            and (m is None or m <= ROW_FAMILIES.get(name, m))
+            and (precision is None or allows(precision, entry.precision))]
 
 
 def runs_on(family: str, dtype: str, cc: str | None) -> bool:

@@ -13,7 +13,7 @@ missing and is rebuilt.
 The source part of the key is a hash of the files of the `kernels` package, found without
 importing it and memoized by (name, mtime, size) in `sources.json`, so a load hashes nothing.
 
-`shapes/` remembers, per (GPU model, dtype, shape, layout), which config `lookup` chose, stamped with
+`shapes/` remembers, per (GPU model, dtype, shape, layout, precision), which config `lookup` chose, stamped with
 the cache file's mtime and size: a fresh process whose cache has not changed since finds its
 kernel without asking `lookup` (which imports numba). A changed cache makes it ask again.
 
@@ -34,6 +34,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from autotune.operands import offset_bits, unaligned_rows
+from autotune.precision import PRECISIONS, allows, of_row
 from autotune.paths import store_directory, write_atomically
 
 FORMAT = 2  # 2: cubins link-time optimized, as cuda.jit builds them (1: linked from PTX)
@@ -261,16 +262,38 @@ def get(family: str, config: dict, dtype: str, cc: tuple[int, int], root: Path |
     return entry
 
 
-def keep(row: dict, root: Path | None = None) -> Entry | None:
+def keep(row: dict, root: Path | None = None, rivals: tuple[dict, ...] = ()) -> Entry | None:
     """Store the kernel of a cache row (a tuned winner) for its GPU's architecture and layout, and
-    remember it for its shape. None for rows with no architecture (the simulator's)."""
+    remember its shape's config for each precision a lookup may ask for (remember_preferred, with
+    `rivals`: rows of the same GPU model, dtype, shape and layout in other precisions). None for
+    rows with no architecture (the simulator's)."""
     if not row.get("cc"):
         return None
     shape, layout = (row["m"], row["n"], row["k"]), row.get("layout") or "NN"
     entry = get(row["family"], row["params"], row["dtype"], parse_arch(row["cc"]), root, layout, offset_bits(*shape),
                 unaligned_rows(*shape, layout, row["dtype"]))
-    remember(row["device"], row["dtype"], shape, row["family"], row["params"], root, layout=layout)
+    remember_preferred([row, *rivals], root)
     return entry
+
+
+def remember_preferred(rows: list[dict], root: Path | None = None) -> None:
+    """Remember, for each precision a lookup may ask for, the config of the row of `rows` (of one
+    GPU model, dtype, shape and layout) that lookup prefers among those of precisions it allows:
+    the current one, else the faster (autotune.cache.replaces)."""
+    import kernels
+    from autotune.cache import replaces
+
+    hashes = kernels.source_hashes()
+    first = rows[0]
+    shape, layout = (first["m"], first["n"], first["k"]), first.get("layout") or "NN"
+    for asked in PRECISIONS:
+        preferred = None
+        for row in rows:
+            if allows(asked, of_row(row)) and (preferred is None or replaces(row, preferred, hashes)):
+                preferred = row
+        if preferred is not None:
+            remember(first["device"], first["dtype"], shape, preferred["family"], preferred["params"], root,
+                     layout=layout, precision=asked)
 
 
 @dataclass(frozen=True)
@@ -283,9 +306,10 @@ class Warmed:
 def warm(cc: tuple[int, int], root: Path | None = None) -> list[Warmed]:
     """Compile into the store the kernels of the cache's and the shipped rows measured on GPUs of
     architecture `cc` (no GPU needed), and remember their shapes for those GPUs; of two rows for
-    one GPU, dtype and shape, the one lookup prefers (the current one, else the faster)."""
+    one GPU, dtype, shape, layout and precision, the one lookup prefers (the current one, else the
+    faster), and of the rows of a shape in several precisions, the one each precision prefers."""
     import kernels
-    from autotune.cache import Cache, replaces
+    from autotune.cache import Cache, replaces, row_key
     from autotune.records import shipped_rows
 
     cache = Cache()
@@ -297,16 +321,20 @@ def warm(cc: tuple[int, int], root: Path | None = None) -> list[Warmed]:
     hashes = kernels.source_hashes()
     rows = {}
     for row in shipped_rows(None, None) + cached:
-        key = (row["device"], row["dtype"], row["m"], row["n"], row["k"], row.get("layout") or "NN")
+        key = row_key(row)
         if row.get("cc") == wanted and (key not in rows or replaces(row, rows[key], hashes)):
             rows[key] = row
+    shapes: dict[tuple, list[dict]] = {}
+    for key, row in rows.items():
+        shapes.setdefault(key[:-1], []).append(row)  # the key without its precision
     done = []
-    for row in rows.values():
-        try:
-            entry = keep(row, root)
-            done.append(Warmed(row, entry.key, None))
-        except (StoreError, ValueError) as error:
-            done.append(Warmed(row, None, str(error).splitlines()[0]))
+    for same_shape in shapes.values():
+        for row in same_shape:
+            try:
+                entry = keep(row, root, tuple(other for other in same_shape if other is not row))
+                done.append(Warmed(row, entry.key, None))
+            except (StoreError, ValueError) as error:
+                done.append(Warmed(row, None, str(error).splitlines()[0]))
     return done
 
 
@@ -328,27 +356,29 @@ def cache_stamp() -> list | None:
     return stamp if stamp[0] else None
 
 
-def _shape_path(device: str, dtype: str, shape: tuple[int, int, int], root: Path | None, layout: str) -> Path:
-    name = hashlib.sha256(json.dumps([device, dtype, list(shape), layout]).encode()).hexdigest()[:32]
+def _shape_path(device: str, dtype: str, shape: tuple[int, int, int], root: Path | None, layout: str,
+                precision: str) -> Path:
+    name = hashlib.sha256(json.dumps([device, dtype, list(shape), layout, precision]).encode()).hexdigest()[:32]
     return (root or directory()) / "shapes" / f"{name}.json"
 
 
 def remember(device: str, dtype: str, shape: tuple[int, int, int], family: str, config: dict,
-             root: Path | None = None, stamp: list | None = None, layout: str = "NN") -> None:
-    """Remember the config of a shape in a layout, valid while the cache stays as `stamp` (taken
-    before the config was looked up; default now)."""
-    record = {"device": device, "dtype": dtype, "shape": list(shape), "layout": layout, "family": family,
-              "config": config, "cache": cache_stamp() if stamp is None else stamp}
-    write_atomically(_shape_path(device, dtype, shape, root, layout), json.dumps(record).encode())
+             root: Path | None = None, stamp: list | None = None, layout: str = "NN", precision: str = "ieee") -> None:
+    """Remember the config a lookup of `precision` gives a shape in a layout, valid while the cache
+    stays as `stamp` (taken before the config was looked up; default now)."""
+    record = {"device": device, "dtype": dtype, "shape": list(shape), "layout": layout, "precision": precision,
+              "family": family, "config": config, "cache": cache_stamp() if stamp is None else stamp}
+    write_atomically(_shape_path(device, dtype, shape, root, layout, precision), json.dumps(record).encode())
 
 
 def recall(device: str, dtype: str, shape: tuple[int, int, int], root: Path | None = None,
-           layout: str = "NN") -> tuple[str, dict] | None:
-    """(family, config) remembered for this shape and layout while the cache file stayed as it
-    was, else None."""
+           layout: str = "NN", precision: str = "ieee") -> tuple[str, dict] | None:
+    """(family, config) remembered for this shape, layout and precision while the cache file
+    stayed as it was, else None."""
     try:
-        record = json.loads(_shape_path(device, dtype, shape, root, layout).read_text())
-        same = [record["device"], record["dtype"], record["shape"], record["layout"]] == [device, dtype, list(shape), layout]
+        record = json.loads(_shape_path(device, dtype, shape, root, layout, precision).read_text())
+        asked = [device, dtype, list(shape), layout, precision]
+        same = [record["device"], record["dtype"], record["shape"], record["layout"], record["precision"]] == asked
         if same and record["cache"] == cache_stamp() and isinstance(record["config"], dict):
             return record["family"], record["config"]
     except (OSError, ValueError, KeyError, TypeError):

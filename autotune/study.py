@@ -42,10 +42,13 @@ class SpaceMismatch(ValueError):
 SPACE_TAG = ":space-"
 
 
-def study_name(device: str, dtype: str, m: int, n: int, k: int, layout: str = "NN") -> str:
-    """mmtune:DEVICE:DTYPE:MxNxK, :LAYOUT after it for operands in another layout than NN, then
-    :space-HASH (space_hash)."""
-    return f"mmtune:{device}:{dtype}:{m}x{n}x{k}" + ("" if layout == "NN" else f":{layout}") + SPACE_TAG + space_hash()
+def study_name(device: str, dtype: str, m: int, n: int, k: int, layout: str = "NN",
+               precision: str | None = None) -> str:
+    """mmtune:DEVICE:DTYPE:MxNxK, :LAYOUT after it for operands in another layout than NN,
+    :PRECISION for a study of a precision that leaves families out (TuneRequest.study_precision),
+    then :space-HASH (space_hash)."""
+    return (f"mmtune:{device}:{dtype}:{m}x{n}x{k}" + ("" if layout == "NN" else f":{layout}")
+            + ("" if precision is None else f":{precision}") + SPACE_TAG + space_hash())
 
 
 def space_hash() -> str:

@@ -23,6 +23,7 @@ from autotune.cache import Cache
 from autotune.fleet import offer_winner
 from autotune.isolation import Isolated
 from autotune.measure import device_info, measure
+from autotune.precision import PRECISIONS, resolve as resolve_precision
 from autotune.progress import Progress
 from autotune.samplers import SamplerError, make_sampler
 from autotune.space import FAMILY_NAMES, device_limits, families_for, feasible_configs, runs_on
@@ -68,6 +69,9 @@ class TuneRequest:
     #: how A and B are stored (kernels.LAYOUTS): "TN" tunes for A passed as the transpose of a
     #: C-contiguous K x M array
     layout: str = "NN"
+    #: the precision searched (autotune.precision): families of it or of a stricter one; None:
+    #: the default for the dtype and GPU
+    precision: str | None = None
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -88,21 +92,45 @@ class TuneRequest:
             raise TuneError("--trial-timeout must be positive")
         if self.layout not in kernels.LAYOUTS:
             raise TuneError(f"unknown layout {self.layout!r}; known: {', '.join(kernels.LAYOUTS)}")
+        if self.precision is not None and self.precision not in PRECISIONS:
+            raise TuneError(f"unknown precision {self.precision!r}; known: {', '.join(PRECISIONS)}")
         unknown = [f for f in self.families or [] if f not in FAMILY_NAMES]
         if unknown:
             raise TuneError(f"unknown kernel family {unknown[0]!r}; known: {', '.join(FAMILY_NAMES)}")
+        other = [f for f in self.families or [] if f not in families_for(self.dtype)]
+        if other:
+            raise TuneError(f"{other[0]} kernels do not multiply {self.dtype}; those that do: "
+                            f"{', '.join(families_for(self.dtype))}")
+
+    def precision_on(self, cc: str | None) -> str:
+        """The precision searched on a GPU of compute capability `cc`: the one asked for, or the
+        default (autotune.precision.default)."""
+        return resolve_precision(self.precision, self.dtype, cc)
 
     def families_on(self, cc: str | None) -> list[str]:
         """The families searched on a GPU of compute capability `cc`: those asked for, or every
-        family that multiplies the dtype there for M rows (space.families_for). Asking for a family whose
-        instructions the GPU lacks (space.runs_on) is a TuneError."""
+        family that multiplies the dtype there for M rows in the precision searched
+        (space.families_for). Asking for a family whose instructions the GPU lacks (space.runs_on),
+        or whose precision the one searched does not allow, is a TuneError."""
+        precision = self.precision_on(cc)
         if self.families is None:
-            return families_for(self.dtype, cc, self.m)
+            return families_for(self.dtype, cc, self.m, precision)
         missing = [f for f in self.families if not runs_on(f, self.dtype, cc)]
         if missing:
             raise TuneError(f"this GPU (compute capability {cc}) lacks instructions that {self.dtype} kernels of "
                             f"{', '.join(missing)} need")
+        stricter = [f for f in self.families if f not in families_for(self.dtype, precision=precision)]
+        if stricter:
+            raise TuneError(f"{stricter[0]} kernels compute in {kernels.family(stricter[0]).precision} precision, "
+                            f"which --precision {precision} does not allow")
         return list(self.families)
+
+    def study_precision(self, cc: str | None) -> str | None:
+        """The precision a study's name carries: the one searched where it leaves out families
+        that multiply the dtype on this GPU, else None (names as before precisions existed)."""
+        precision = self.precision_on(cc)
+        narrowed = families_for(self.dtype, cc, self.m, precision) != families_for(self.dtype, cc, self.m)
+        return precision if narrowed else None
 
 
 @dataclass
@@ -137,9 +165,10 @@ def _tune(request: TuneRequest, measurer: Measurer | None, cache_path: Path | st
     started = time.perf_counter()
     measurer = measurer or Isolated(measure, request.trial_timeout)
     device, limits, cache = device_info(), device_limits(), Cache(cache_path)
-    request = replace(request, families=request.families_on(device.get("cc")))
+    cc = device.get("cc")
+    request = replace(request, families=request.families_on(cc), precision=request.precision_on(cc))
     spec = storage_spec(request.storage, cache)
-    name = study_name(device["device"], request.dtype, *request.shape, request.layout)
+    name = study_name(device["device"], request.dtype, *request.shape, request.layout, request.study_precision(cc))
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # failed trials are reported by us
     try:
@@ -171,7 +200,9 @@ def _tune(request: TuneRequest, measurer: Measurer | None, cache_path: Path | st
         hashes = kernels.source_hashes()
         offer_winner(study, row, spec, cache.path.parent, hashes)
         written = cache.record(row, hashes)
-        _keep_kernel(cache.get(row["device"], request.dtype, *request.shape, request.layout) or row)
+        kept = cache.rows(row["device"], request.dtype, request.shape, request.layout)
+        _keep_kernel(next((r for r in kept if r["precision"] == row["precision"]), row),
+                     tuple(r for r in kept if r["precision"] != row["precision"]))
     return TuneResult(
         row=row, written=written, study_name=name, storage=masked(spec), trials=len(measured),
         new_trials=len(measured) - before, failed=sum(t.state == optuna.trial.TrialState.FAIL for t in measured),
@@ -179,13 +210,15 @@ def _tune(request: TuneRequest, measurer: Measurer | None, cache_path: Path | st
     )
 
 
-def _keep_kernel(row: dict) -> None:
+def _keep_kernel(row: dict, rivals: tuple[dict, ...]) -> None:
     """Compile the cache's kernel for this shape into the kernel store (autotune.store), so that a
-    fresh process launches it without compiling; a failure there does not fail the tune."""
+    fresh process launches it without compiling, and remember which of it and its `rivals` (the
+    cache's rows of the shape in other precisions) each precision gets; a failure there does not
+    fail the tune."""
     from autotune import store
 
     try:
-        store.keep(row)
+        store.keep(row, rivals=rivals)
     except (store.StoreError, OSError, ValueError) as error:
         warnings.warn(f"mmtune: the kernel was not kept in the kernel store: {error}", stacklevel=2)
 

@@ -173,6 +173,9 @@ class Family:
     #: climb from the first queued config, so the family most likely to win goes first.
     first_guess: int
     shared_bytes: Callable | None = None  # shared_bytes(config, dtype) -> static shared memory
+    #: how exactly its kernels compute (autotune.precision): "ieee", every product and sum in the
+    #: element type, or "tf32x3", float32 as three TF32 products on the tensor cores
+    precision: str = "ieee"
 
     def config(self, params: dict | None = None) -> "Config":
         return Config.of(self.name, self.default if params is None else params)

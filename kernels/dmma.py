@@ -32,7 +32,7 @@ from .intrinsics import (
     vector_width,
 )
 from .tiles import OVERHEAD_REGISTERS, tile_copier
-from .warp_mma import KINDS, SHAPES, WARP, counts, split_tf32
+from .warp_mma import KINDS, SHAPES, SMALL_SCALE, WARP, counts, split_tf32
 from .warp_mma import mma as warp_mma
 
 SPACE = {
@@ -181,6 +181,7 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
     else:
         split = split_tf32()
         ZERO = (elem_t(0),) * C_PER
+        UNSCALE = elem_t(1 / SMALL_SCALE)
         assert C_PER == 4, "TF32's instructions are 16 x 8"
 
         @cuda.jit(device=True)
@@ -193,14 +194,18 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
         @cuda.jit(device=True)
         def sums(a_frag, b_frag, a_first, b_first, c):
             """C plus the chunk's CHUNK steps of A @ B, each as the three TF32 products that
-            matter, the small ones first. The tensor cores sum the chunk from zero and C is added
-            after: they round their sums toward zero, which in one accumulator over a long K
-            adds up to many times float32's error."""
+            matter: the small ones summed from zero and scaled back (the small parts are held
+            scaled, kernels.warp_mma.split_tf32), then the big ones onto them. The tensor cores
+            round their sums toward zero, which in one accumulator over a long K adds up to many
+            times float32's error: C is added after."""
             d = ZERO
             for s in range(CHUNK):
                 a, b = a_first + s * A_STEP, b_first + s * B_STEP
                 d = mma(gather_a(a_frag, a + A_HELD), gather_b(b_frag, b), d)
                 d = mma(gather_a(a_frag, a), gather_b(b_frag, b + B_HELD), d)
+            d = (d[0] * UNSCALE, d[1] * UNSCALE, d[2] * UNSCALE, d[3] * UNSCALE)
+            for s in range(CHUNK):
+                a, b = a_first + s * A_STEP, b_first + s * B_STEP
                 d = mma(gather_a(a_frag, a), gather_b(b_frag, b), d)
             return c[0] + d[0], c[1] + d[1], c[2] + d[2], c[3] + d[3]
 

@@ -2,16 +2,19 @@
 
 FFMA caps float32 at the CUDA cores' rate, where cuBLAS's SGEMM runs; the tensor cores multiply
 TF32 (float32 with a 10-bit mantissa) several times faster. A lane splits each float32 element
-x of A and B it reads into x's TF32 rounding, big, and the TF32 rounding of the rest, small
-(kernels.warp_mma.split_tf32), and the warp adds small_A @ big_B, big_A @ small_B and big_A @ big_B
-into float32 accumulators: the term left out, small_A @ small_B, and the bits neither part holds
-are below float32's rounding of each product, so the result is float32's to within its
-verification bound (autotune.measure), unlike one TF32 product (torch's allow_tf32), which is not.
+x of A and B it reads into a big and a small TF32 part (kernels.warp_mma.split_tf32: x's TF32
+rounding, and the rest held scaled so that it does not underflow), and the warp adds
+small_A @ big_B and big_A @ small_B, scales their sum back, then adds big_A @ big_B: the term left
+out, small_A @ small_B, and the bits neither part holds are below float32's rounding of each
+product, so the result is float32's to within its verification bound (autotune.measure), unlike
+one TF32 product (torch's allow_tf32), which is not. Inf and NaN come out where IEEE arithmetic
+puts them: no big part overflows, and Inf enters the sums through the small products alone.
 The tensor cores round their sums toward zero, so a warp sums `chunk` steps of the instruction's
 K into a fresh zero per tile and adds that to its float32 accumulators: a longer chunk adds less
 often (faster) and holds more fragments (registers). Everything else is `dmma`'s kernel
 (kernels.dmma.make) with float32 tiles; the parameters are dmma's, with the TF32 instruction
-shapes, and chunk.
+shapes, and chunk. Its precision is "tf32x3" (autotune.precision): subnormal operands are held
+to 2**-147, not float32's 2**-149.
 """
 
 from __future__ import annotations
@@ -38,4 +41,5 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
     return dmma.make(config, dtype, "tf32x3", layout, offset_bits, unaligned)
 
 
-FAMILY = Family("tf32x3", SPACE, DEFAULT, restrict, build, first_guess=0, shared_bytes=shared_bytes)
+FAMILY = Family("tf32x3", SPACE, DEFAULT, restrict, build, first_guess=0, shared_bytes=shared_bytes,
+                precision="tf32x3")

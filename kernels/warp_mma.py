@@ -10,14 +10,23 @@ mma.m16n8k*"; .tf32's m16n8k4 and m16n8k8 lie as .f64's):
   a[v0 + M/8 * v1] = A[g + 8 v0, t + 4 v1]    b[v] = B[t + 4 v, g]    c[v0 + 2 v1] = C[g + 8 v1, 2 t + v0]
 Every lane of the warp must call it together (no divergence), the same number of times.
 
-`split_tf32(x)` -> (big, small): x rounded to TF32 and the rest of x rounded to TF32, so that
-big + small holds x to 22 of float32's 24 bits: three TF32 products (small * big, big * small,
-big * big) make a float32 product on the tensor cores (kernels.tf32x3).
+`split_tf32(x)` -> (big, small): float32 x as two TF32 values, x = big + small / SMALL_SCALE
+to 22 of float32's 24 bits, so that three TF32 products (small * big, big * small, big * big)
+make a float32 product on the tensor cores (kernels.tf32x3). big is x rounded to TF32 (nearest,
+ties away from zero), except that it never overflows: the few finite values that rounding would
+take to Inf are truncated instead, and +-Inf's big part is +-1 with its small part +-Inf. small
+is the rest of x, scaled by SMALL_SCALE before it is rounded, so that it stays a normal number
+(11 significant bits) down to x of 2**-126 instead of 2**-115, and x is held to 2**-147 below
+that; the scale leaves every small part under half its x, so that no finite sum of small
+products overflows where the products of x do not. Inf thus reaches a sum only through the
+small products, with its IEEE sign: Inf * b gives Inf * big(b), whose sign is b's, and every
+big part is finite (`split_parts` is the rule, in Python).
 
 Under the CUDA simulator, which runs a block's threads as Python threads, each call posts the
 lane's a and b and meets the block's other threads at a barrier, so every thread of the block
-must call it the same number of times (the kernels of kernels.dmma do); the lanes then compute
-their elements of D from what their warp posted, by `fragment`.
+must call it the same number of times (the kernels of kernels.dmma do); the lanes then take
+their elements of D from their warp's product, computed once per warp and call from what the
+warp posted, by `fragment`.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from __future__ import annotations
 import struct
 import threading
 
+import numpy as np
 from numba import config
 
 #: (M, N, K) of each instruction shape
@@ -34,6 +44,12 @@ KINDS = {"f64": tuple(SHAPES), "tf32": ("m16n8k4", "m16n8k8")}
 WARP = 32
 #: float32 bits below TF32's 10-bit mantissa, and half of their weight (round to nearest, ties away)
 TF32_DROPPED_MASK, TF32_HALF = 0x1FFF, 0x1000
+#: a float32 element's small part is held times 2**SMALL_SHIFT (split_tf32)
+SMALL_SHIFT = 10
+SMALL_SCALE = 2.0**SMALL_SHIFT
+#: float32 bits: of the smallest magnitude that rounding to TF32 takes to Inf, of Inf, of a sign,
+#: and what subtracting INF_TO_ONE from +-Inf's bits leaves: +-1
+ROUNDS_TO_INF, INF_BITS, SIGN_BIT, INF_TO_ONE = 0x7F7FF000, 0x7F800000, 0x80000000, 0x40000000
 
 
 def fragment(shape: str, lane: int) -> dict[str, list[tuple[int, int]]]:
@@ -61,7 +77,7 @@ def mma(shape: str, kind: str = "f64"):
 
 
 def split_tf32():
-    return _simulated_split_tf32 if config.ENABLE_CUDASIM else _intrinsic_split_tf32()
+    return split_parts if config.ENABLE_CUDASIM else _intrinsic_split_tf32()
 
 
 def round_tf32(x: float) -> float:
@@ -78,37 +94,69 @@ def truncated_tf32(x: float) -> float:
     return struct.unpack("<f", struct.pack("<I", bits))[0]
 
 
-def _simulated_split_tf32(x):
-    big = round_tf32(float(x))
-    rest = struct.unpack("<f", struct.pack("<f", float(x) - big))[0]  # float32's subtraction
-    return big, round_tf32(rest)
+def split_parts(x: float) -> tuple[float, float]:
+    """(big, small) of float32 `x` as split_tf32 computes them on the GPU, bit for bit."""
+    bits = _bits(x)
+    magnitude = bits & ~SIGN_BIT
+    if magnitude < ROUNDS_TO_INF:
+        bits += TF32_HALF
+    bits &= ~TF32_DROPPED_MASK & 0xFFFFFFFF
+    if magnitude == INF_BITS:
+        bits -= INF_TO_ONE
+    big = _float(bits)
+    with np.errstate(all="ignore"):  # Inf - 1, NaN - NaN
+        rest = (np.float32(x) - np.float32(big)) * np.float32(SMALL_SCALE)  # float32's arithmetic
+    return big, _float((_bits(rest) + TF32_HALF) & ~TF32_DROPPED_MASK & 0xFFFFFFFF)
+
+
+def _bits(x) -> int:
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def _float(bits: int) -> float:
+    return struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]
 
 
 def _simulated_mma(shape: str, kind: str):
     m, n, k = SHAPES[shape]
     layouts = [fragment(shape, lane) for lane in range(WARP)]
-    operand = truncated_tf32 if kind == "tf32" else float
+    # where each lane's elements of A, B and C lie: index arrays over (lane, element)
+    a_at, b_at, c_at = (tuple(np.array([layouts[lane][name] for lane in range(WARP)]).transpose(2, 0, 1))
+                        for name in ("A", "B", "C"))
+    truncated = kind == "tf32"
+
+    def operand(values):
+        values = np.asarray(values, np.float32 if truncated else np.float64)
+        if truncated:  # the tensor cores read a float32 operand's TF32 bits alone
+            values = (values.view(np.uint32) & np.uint32(~TF32_DROPPED_MASK & 0xFFFFFFFF)).view(np.float32)
+        return values.astype(np.float64)
+
+    def product(posted, warp):
+        """The warp's A @ B, from the elements its lanes posted; IEEE's Inf and NaN throughout."""
+        lanes = [posted[warp * WARP + lane] for lane in range(WARP)]
+        A, B = np.zeros((m, k)), np.zeros((k, n))
+        A[a_at] = operand([a for a, _ in lanes])
+        B[b_at] = operand([b for _, b in lanes])
+        with np.errstate(all="ignore"):  # Inf * 0 and Inf - Inf are NaN, as on the GPU
+            return (A[:, :, None] * B[None, :, :]).sum(axis=1)
 
     def mma(a, b, c):
         thread = threading.current_thread()  # the simulator's BlockThread
-        posted = thread._manager.__dict__.setdefault("mmtune_mma_posted", {})
+        state = thread._manager.__dict__.setdefault("mmtune_mma", {"calls": {}, "posted": ({}, {}),
+                                                                   "products": ({}, {})})
+        calls = state["calls"].get(thread.thread_id, 0)
+        state["calls"][thread.thread_id] = calls + 1
+        # Alternate buffers: a lane posts its next call's elements only after the next barrier,
+        # which every lane reaches only once it has read this call's product.
+        posted, products = state["posted"][calls % 2], state["products"][calls % 2]
         posted[thread.thread_id] = (a, b)
         thread.syncthreads()
         warp, lane = divmod(thread.thread_id, WARP)
-        A, B = [[0.0] * k for _ in range(m)], [[0.0] * n for _ in range(k)]
-        for other in range(WARP):
-            a_other, b_other = posted[warp * WARP + other]
-            for (row, col), value in zip(layouts[other]["A"], a_other):
-                A[row][col] = operand(value)
-            for (row, col), value in zip(layouts[other]["B"], b_other):
-                B[row][col] = operand(value)
-        d = []
-        for (row, col), value in zip(layouts[lane]["C"], c):
-            for i in range(k):
-                value = value + A[row][i] * B[i][col]
-            d.append(value)
-        thread.syncthreads()  # nobody posts the next call's elements before every lane has read these
-        return tuple(d)
+        found = products.get(warp)
+        if found is None or found[0] != calls:
+            found = products[warp] = (calls, product(posted, warp))
+        rows, cols = c_at[0][lane], c_at[1][lane]
+        return tuple(float(value) + float(found[1][row, col]) for value, row, col in zip(c, rows, cols))
 
     return mma
 
@@ -160,20 +208,38 @@ def _intrinsic_split_tf32():
     from numba import types
     from numba.cuda.extending import intrinsic
 
+    # split_parts in PTX: the roundings in integer arithmetic on the bits (as ptxas compiles
+    # cvt.rna.tf32.f32), the subtraction and the scaling without flushing subnormals to zero
+    SPLIT = "\n".join((
+        "{", ".reg .pred %near, %inf;", ".reg .b32 %u, %v;", ".reg .f32 %t, %big;",
+        "mov.b32 %u, $2;",
+        "abs.f32 %t, $2;",
+        f"setp.lt.f32 %near, %t, 0f{ROUNDS_TO_INF:08X};",
+        f"@%near add.u32 %u, %u, {TF32_HALF};",
+        f"and.b32 %u, %u, {~TF32_DROPPED_MASK & 0xFFFFFFFF};",
+        f"setp.eq.f32 %inf, %t, 0f{INF_BITS:08X};",
+        f"@%inf sub.u32 %u, %u, {INF_TO_ONE};",
+        "mov.b32 %big, %u;",
+        "sub.rn.f32 %t, $2, %big;",
+        f"mul.rn.f32 %t, %t, 0f{_bits(SMALL_SCALE):08X};",
+        "mov.b32 %v, %t;",
+        f"add.u32 %v, %v, {TF32_HALF};",
+        f"and.b32 %v, %v, {~TF32_DROPPED_MASK & 0xFFFFFFFF};",
+        "mov.b32 $0, %u;",
+        "mov.b32 $1, %v;",
+        "}",
+    ))
+
     @intrinsic
     def split(typingctx, x):
         if x != types.float32:
             return None
 
         def codegen(context, builder, sig, args):
-            def rounded(value):
-                bits = builder.asm(ir.FunctionType(ir.IntType(32), [ir.FloatType()]), "cvt.rna.tf32.f32 $0, $1;",
-                                   "=r,f", [value], False)
-                return builder.bitcast(bits, ir.FloatType())
-
-            big = rounded(args[0])
-            small = rounded(builder.fsub(args[0], big))
-            return context.make_tuple(builder, sig.return_type, [big, small])
+            pair = ir.LiteralStructType([ir.FloatType(), ir.FloatType()])
+            out = builder.asm(ir.FunctionType(pair, [ir.FloatType()]), SPLIT, "=f,=f,f", [args[0]], False)
+            parts = [builder.extract_value(out, i) for i in range(2)]
+            return context.make_tuple(builder, sig.return_type, parts)
 
         return types.UniTuple(types.float32, 2)(x), codegen
 

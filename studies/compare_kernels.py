@@ -37,7 +37,7 @@ def import_old(package_dir: Path):
 def builds(old, family: str, config: dict) -> dict:
     """{"new": kernel, "old": kernel} for `config`; "old" only where the old package has every key."""
     built = {"new": kernels.build(family, config, "float32")}
-    old_space = old.family(family).SPACE
+    old_space = old.family(family).space
     if set(config) <= set(old_space):
         built["old"] = old.build(family, config, "float32")
     return built

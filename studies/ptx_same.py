@@ -2,14 +2,14 @@
 shipped record, hashed, before and after.
 
     PYTHONPATH=OLD_CHECKOUT python3 studies/ptx_same.py --out before.json
-    python3 studies/ptx_same.py --out after.json --against before.json
+    python3 studies/ptx_same.py --out after.json --against before.json [--relabel]
 
 Each record's kernel is built for its shape (kernels.build_for) and compiled to PTX in a process
 of its own: compiling several kernels in one process can change the PTX of the later ones. Entry
 names (which embed Numba's unique ids) and comments are normalized away before hashing. With
 --against, prints the records whose PTX differs and exits 1 if any does; records whose PTX is
-the same can take today's source hash without being timed again (docs/performance.md, step 30).
-No GPU needed.
+the same can take today's source hash without being timed again (docs/performance.md, step 30):
+--relabel writes it into the records file for them. No GPU needed.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ def main() -> None:
     parser.add_argument("--records", default=str(RECORDS))
     parser.add_argument("--against")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--relabel", action="store_true", help="give records whose PTX is the same today's source hash")
     args = parser.parse_args()
     rows = json.loads(Path(args.records).read_text())
     with ProcessPoolExecutor(args.jobs, max_tasks_per_child=1) as pool:
@@ -54,7 +55,23 @@ def main() -> None:
         changed = [r["record"] for r in found
                    if before.get((r["record"], json.dumps(r["params"], sort_keys=True)), {}).get("ptx_sha256") != r["ptx_sha256"]]
         print(f"{len(found) - len(changed)} the same, {len(changed)} changed or new: {', '.join(changed) or '-'}")
+        if args.relabel:
+            relabel(Path(args.records), {r["record"] for r in found} - set(changed))
         sys.exit(1 if changed else 0)
+
+
+def relabel(path: Path, same: set[str]) -> None:
+    """Today's source hash for the records of `same` (named as ptx_hash names them) in the file."""
+    import kernels
+
+    rows = json.loads(path.read_text())
+    hashes = kernels.source_hashes()
+    for row in rows:
+        shape = "x".join(str(row[c]) for c in "mnk")
+        if f"{row['family']} {row['dtype']} {shape} {row.get('layout') or 'NN'}" in same:
+            row["source_hash"] = hashes[row["family"]]
+    path.write_text(json.dumps(rows, indent=2) + "\n")
+    print(f"re-labelled {len(same)} records in {path}")
 
 
 if __name__ == "__main__":

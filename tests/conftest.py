@@ -13,6 +13,9 @@ if not ON_GPU:
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+if not ON_GPU:
+    import autotune.backends.simulator  # noqa: E402,F401  its barriers, for kernels launched without the backend
+
 
 @pytest.fixture
 def rng(request):

@@ -12,7 +12,7 @@ ROW = dict(device="NVIDIA H200", dtype="float32", m=1024, n=1024, k=1024, family
            params={"pad": 1, "tpb": 16}, gflops=6020.5, median_ms=0.3567, spread=0.012, trials=40,
            cc="9.0", driver="13.0", numba="0.68.0", numba_cuda="0.30.4", source_hash="abc",
            created="2026-11-22T02:00:00+00:00", study="mmtune:NVIDIA H200:float32:1024x1024x1024", sm_count=132,
-           layout="NN")
+           layout="NN", precision="ieee")
 
 
 def invoke(*args):
@@ -47,13 +47,14 @@ def test_best_table():
     Cache().record({**ROW, "m": 2048, "gflops": 0.5, "source_hash": kernels.source_hash("shared")})
     lines = invoke("best", "--dtype", "float32").stdout.splitlines()
     assert [c.strip() for c in lines[1].split("┃")[1:-1]] == [
-        "device", "dtype", "M", "N", "K", "layout", "family", "params", "GFLOPS", "spread", "trials", "tuned", "code"]
+        "device", "dtype", "M", "N", "K", "layout", "precision", "family", "params", "GFLOPS", "spread", "trials",
+        "tuned", "code"]
     body = [[c.strip() for c in line.split("│")[1:-1]] for line in lines[3:5]]
     assert body == [
-        ["NVIDIA H200", "float32", "1024", "1024", "1024", "NN", "shared", "pad=1 tpb=16", "6,020", "1.2%", "40", "2026-11-22",
-         "stale"],
-        ["NVIDIA H200", "float32", "2048", "1024", "1024", "NN", "shared", "pad=1 tpb=16", "0.5", "1.2%", "40", "2026-11-22",
-         "current"],
+        ["NVIDIA H200", "float32", "1024", "1024", "1024", "NN", "ieee", "shared", "pad=1 tpb=16", "6,020", "1.2%",
+         "40", "2026-11-22", "stale"],
+        ["NVIDIA H200", "float32", "2048", "1024", "1024", "NN", "ieee", "shared", "pad=1 tpb=16", "0.5", "1.2%",
+         "40", "2026-11-22", "current"],
     ]
 
 

@@ -30,7 +30,7 @@ for result in compile_check(family, configs, dtype, DeviceLimits()):
     print(json.dumps({"config": result.config, "resources": result.resources, "error": result.error,
                       "mma": text.count("mma.sync.aligned."),
                       "tf32_mma": text.count(f"mma.sync.aligned.{result.config.get('mma')}.row.col.f32.tf32.tf32.f32"),
-                      "tf32_rounding": text.count("cvt.rna.tf32.f32"),
+                      "tf32_splits": text.count("setp.lt.f32 %near"),
                       "vector_loads": text.count("ld.shared.v"), "global_vector_loads": text.count("ld.global.v"), "atomic_adds": text.count("red.global.add") + text.count("atom.global.add"),
                       "scalar_shared_loads": sum(text.count(f"ld.shared.{t}") for t in ("f32", "f64", "u32", "b32"))}))
 """
@@ -67,17 +67,17 @@ def test_accepted_configs_compile_for_sm90(family, dtype):
         assert all(r["global_vector_loads"] and bool(r["atomic_adds"]) == (r["config"]["splits"] > 1) for r in results)
     if family == "dmma":  # the instructions PTX accepts for sm_90, with K split through atomic adds
         assert all(r["mma"] and bool(r["atomic_adds"]) == (r["config"]["splits"] > 1) for r in results), results
-    if family == "tf32x3":  # TF32 instructions of the config's shape alone, on operands rounded to TF32
-        assert all(r["tf32_mma"] == r["mma"] > 0 and r["tf32_rounding"] for r in results), results
+    if family == "tf32x3":  # TF32 instructions of the config's shape alone, on operands split into TF32 parts
+        assert all(r["tf32_mma"] == r["mma"] > 0 and r["tf32_splits"] for r in results), results
         assert all(bool(r["atomic_adds"]) == (r["config"]["splits"] > 1) for r in results), results
         assert any(r["config"]["splits"] > 1 for r in results) and any(r["config"]["splits"] == 1 for r in results)
-        for r in results:  # per step of K and tile: three products, and each element read split in two
+        for r in results:  # per step of K and tile: three products, and each element read split once
             config = r["config"]
             steps, (tiles_m, tiles_n) = config["bk"] // SHAPES[config["mma"]][2], warp_tiles(config)
             a_count, b_count, _ = counts(config["mma"])
             loops = 2  # the k-loop without bounds tests and the one with them
             assert r["mma"] == loops * steps * tiles_m * tiles_n * 3, r
-            assert r["tf32_rounding"] == loops * steps * (tiles_m * a_count + tiles_n * b_count) * 2, r
+            assert r["tf32_splits"] == loops * steps * (tiles_m * a_count + tiles_n * b_count), r
     for r in results:
         res = r["resources"]
         assert 0 < res["registers"] <= 255

@@ -93,12 +93,12 @@ def test_eight_tuners_on_shared_and_separate_shapes(isolated_cache):
     assert set(rows) == set(shapes)
     storage = open_storage(str(isolated_cache.parent / "studies.journal"))
     for shape in set(shapes):
-        study = optuna.load_study(study_name=study_name("simulator", "float32", *shape), storage=storage)
+        study = optuna.load_study(study_name=study_name("simulator", "float32", *shape, precision="ieee"), storage=storage)
         numbers = [t.number for t in study.trials]
         assert len(numbers) == len(set(numbers)) and all(t.state.is_finished() for t in study.trials)
         best = max(t.value for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE)
         assert rows[shape]["gflops"] == best
-    shared = optuna.load_study(study_name=study_name("simulator", "float32", 8, 8, 8), storage=storage)
+    shared = optuna.load_study(study_name=study_name("simulator", "float32", 8, 8, 8, precision="ieee"), storage=storage)
     assert len(shared.trials) >= 5  # four tuners resumed one study
     assert sqlite3.connect(isolated_cache).execute("PRAGMA integrity_check").fetchone() == ("ok",)
 

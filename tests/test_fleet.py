@@ -87,7 +87,7 @@ def tune_command(url: str, trials: int, jobs: int = 1) -> list[str]:
 
 
 def load(url: str, shape=SHAPE) -> optuna.Study:
-    return optuna.load_study(study_name=study_name("simulator", "float32", *shape),
+    return optuna.load_study(study_name=study_name("simulator", "float32", *shape, precision="ieee"),
                              storage=open_storage(url, heartbeat=False))
 
 

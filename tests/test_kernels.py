@@ -492,12 +492,27 @@ def test_round_tf32_rounds_to_nearest_with_ties_away_from_zero():
 
 def test_simulated_split_holds_a_float32_in_two_tf32_values(rng):
     x = np.ldexp(rng.standard_normal(2000), rng.integers(-60, 60, 2000)).astype(np.float32)
-    parts = np.array([warp_mma._simulated_split_tf32(value) for value in x], np.float64)
+    parts = np.array([warp_mma.split_parts(value) for value in x], np.float64)
     big, small = parts[:, 0], parts[:, 1]
     assert np.array_equal(big.astype(np.float32), big) and np.array_equal(small.astype(np.float32), small)
     assert not (bits(big) & 0x1FFF).any() and not (bits(small) & 0x1FFF).any()
-    assert np.all(np.abs(big + small - x) <= 2.0**-22 * np.abs(x))
+    assert np.all(np.abs(big + small / warp_mma.SMALL_SCALE - x) <= 2.0**-22 * np.abs(x))
     assert np.count_nonzero(small) > len(x) // 2  # big alone would not do
+
+
+def test_the_split_is_finite_and_holds_tiny_values_and_infinities_as_documented():
+    """No finite x overflows its big part; the small part holds x to 2**-147 however tiny x is;
+    +-Inf is +-1 and +-Inf; NaN stays in the big part."""
+    for x in (3.4020e38, 3.40282e38, -3.40282e38):
+        big, small = warp_mma.split_parts(np.float32(x))
+        assert np.isfinite(big) and np.isfinite(small) and abs(small) <= abs(np.float32(x)) / 2
+    tiny = np.float32(1e-39) * np.arange(1, 200, dtype=np.float32) / 7  # subnormals, many bit patterns
+    for x in (*tiny, np.float32(1.4e-45), np.float32(2.0**-120 * 1.2345)):
+        big, small = warp_mma.split_parts(x)
+        assert abs(big + small / warp_mma.SMALL_SCALE - float(x)) <= 2.0**-147, x
+    assert warp_mma.split_parts(np.float32(np.inf)) == (1.0, np.inf)
+    assert warp_mma.split_parts(np.float32(-np.inf)) == (-1.0, -np.inf)
+    assert np.isnan(warp_mma.split_parts(np.float32(np.nan))[0])
 
 
 def test_tf32x3_fails_verification_without_its_split(rng):
@@ -516,9 +531,9 @@ def test_tf32x3_fails_verification_without_its_split(rng):
     assert not unsplit.ok and unsplit.error > 10 * bound
     one_product = verified(rounded_tf32(A).astype(np.float64) @ rounded_tf32(B))
     assert not one_product.ok and one_product.error > 10 * bound
-    split = np.vectorize(warp_mma._simulated_split_tf32, otypes=[np.float32, np.float32])
+    split = np.vectorize(warp_mma.split_parts, otypes=[np.float32, np.float32])
     (a_big, a_small), (b_big, b_small) = split(A), split(B)
-    three = (a_small.astype(np.float64) @ b_big + a_big.astype(np.float64) @ b_small
+    three = ((a_small.astype(np.float64) @ b_big + a_big.astype(np.float64) @ b_small) / warp_mma.SMALL_SCALE
              + a_big.astype(np.float64) @ b_big)
     assert verified(three).ok
 

@@ -22,7 +22,7 @@ def command(trials: int) -> list[str]:
 
 
 def load(journal):
-    return optuna.load_study(study_name=study_name("simulator", "float32", *map(int, SHAPE)), storage=open_storage(str(journal)))
+    return optuna.load_study(study_name=study_name("simulator", "float32", *map(int, SHAPE), precision="ieee"), storage=open_storage(str(journal)))
 
 
 def test_kill_9_mid_study_then_rerun_resumes(isolated_cache):

@@ -228,7 +228,7 @@ def test_the_call_path_launches_on_the_callers_stream(monkeypatch):
     launched = []
     plan = types.SimpleNamespace(launch=lambda a, b, c, s: launched.append((a, b, c, s)))
     A, B, C = FakeTensor((3, 4), device=1, pointer=1), FakeTensor((4, 5), device=1, pointer=2), FakeTensor((3, 5), device=1, pointer=3)
-    monkeypatch.setattr(calls, "_build", lambda key, kind, a, b, stream, deterministic: calls.CallPlan(
+    monkeypatch.setattr(calls, "_build", lambda key, kind, a, b, stream, deterministic, precision: calls.CallPlan(
         kind, 3, 5, "float32", "NN", ((3, 5), None, "torch.float32", 1), plan, "naive", {}))
     monkeypatch.setattr(calls, "_backend", ["driver"])
     monkeypatch.setattr(calls, "_readers", {})

@@ -93,7 +93,7 @@ def test_a_plan_packs_the_memory_shapes_and_builds_for_the_layout_and_offsets(mo
     entry = types.SimpleNamespace(key="k", cubin=b"", name="f", dynamic_shared=64 * 1024, tile=(64, 16), splits=1,
                                   workers_per_sm=0, adds=False, block=(128,))
 
-    def find_entry(gpu, m, n, k, dtype, layout, deterministic=False):
+    def find_entry(gpu, m, n, k, dtype, layout, deterministic=False, precision=None):
         asked.append((m, n, k, dtype, layout))
         return "vector", {}, entry
 
@@ -133,7 +133,7 @@ def test_a_peeled_plan_launches_the_first_rows_then_the_rest_on_their_rows_of_a_
                1: types.SimpleNamespace(key="rest", cubin=b"", name="g", dynamic_shared=0, tile=(16, 128), splits=16,
                                         workers_per_sm=0, adds=True, block=(64,))}
     configs = {257: ("vector", {"bm": 64}), 1: ("splitk", {"bm": 16, "splits": 16})}
-    monkeypatch.setattr(calls, "find_entry", lambda gpu, m, n, k, dtype, layout, deterministic=False: (*configs[m], entries[m]))
+    monkeypatch.setattr(calls, "find_entry", lambda gpu, m, n, k, dtype, layout, deterministic=False, precision=None: (*configs[m], entries[m]))
     monkeypatch.setattr(calls, "_identity", lambda device: None)
     monkeypatch.setattr(calls, "_loaded", {})
     monkeypatch.setattr(launch, "capturing", lambda stream: False)
@@ -218,7 +218,7 @@ def test_an_older_cache_gains_the_layout_column_in_its_key(isolated_cache):
     assert cache.record({**row("TN"), "device": "GPU", "m": 8, "n": 8, "k": 8})  # another key, not a faster row
     assert [r["layout"] for r in cache.rows()] == ["NN", "TN"]
     assert cache.get("GPU", "float32", 8, 8, 8, "TN")["layout"] == "TN"
-    assert Cache().table.pks == ["device", "dtype", "m", "n", "k", "layout"]  # opened again: nothing to migrate
+    assert Cache().table.pks == ["device", "dtype", "m", "n", "k", "layout", "precision"]  # opened again: nothing to migrate
 
 
 def test_records_carry_the_layout_and_rows_without_one_are_nn(tmp_path):
@@ -312,7 +312,7 @@ def test_tune_a_layout_names_its_study_and_row_by_it():
 
     result = tune(TuneRequest(12, 10, 8, trials=3, families=["shared"], jobs=1, layout="TN"), Replay(default=7.0),
                   show_progress=False)
-    assert result.study_name == study_name("simulator", "float32", 12, 10, 8, "TN") and result.row["layout"] == "TN"
+    assert result.study_name == study_name("simulator", "float32", 12, 10, 8, "TN", "ieee") and result.row["layout"] == "TN"
     assert [r["layout"] for r in Cache().rows()] == ["TN"]
     with pytest.raises(TuneError, match="unknown layout 'NX'"):
         tune(TuneRequest(12, 10, 8, layout="NX"), Replay(), show_progress=False)

@@ -175,7 +175,7 @@ def test_warm_takes_the_architectures_rows_as_lookup_prefers_them(root, monkeypa
     monkeypatch.setattr(records, "shipped_rows", lambda device, dtype: [shipped, other])
     monkeypatch.setattr(cache.Cache, "rows", lambda self, *a, **k: [cached])
     kept = []
-    monkeypatch.setattr(store, "keep", lambda row, root=None: kept.append(row["params"]) or fake_entry({}))
+    monkeypatch.setattr(store, "keep", lambda row, root=None, rivals=(): kept.append(row["params"]) or fake_entry({}))
     results = store.warm((9, 0))
     assert kept == [{"from": "cache"}] and [r.error for r in results] == [None]
     kept.clear()

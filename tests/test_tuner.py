@@ -44,7 +44,8 @@ def test_tune_writes_the_best_verified_config_to_the_cache():
     assert result.written and result.trials == 6 and result.new_trials == 6
     row = Cache().get("simulator", "float32", *SHAPE)
     assert row == {**row, "family": "register", "params": REG, "gflops": 10.0, "trials": 6}
-    assert row["study"] == study_name("simulator", "float32", *SHAPE) and row["source_hash"]
+    assert row["study"] == study_name("simulator", "float32", *SHAPE, precision="ieee") and row["source_hash"]
+    assert row["precision"] == "ieee"
 
 
 def test_the_default_is_the_first_trial_and_finalists_are_retimed():
@@ -181,7 +182,8 @@ def test_an_untuned_shape_warm_starts_from_the_measured_tables_best_candidates()
 
 def test_a_cold_study_tries_the_families_defaults_best_guess_first():
     replay = Replay()
-    run(replay, trials=7, families=list(FAMILY_NAMES))  # float32: every family but dmma
+    float32 = [f for f in FAMILY_NAMES if f != "dmma"]
+    run(replay, trials=7, families=float32, precision="tf32x3")
     assert replay.calls[:7] == [config_key(f, kernels.family(f).default)
                                 for f in ["tf32x3", "vector", "splitk", "register", "streamk", "shared", "naive"]]
 
@@ -382,7 +384,10 @@ def test_a_skinny_shape_starts_from_the_shape_rule(monkeypatch):
 
 
 def test_a_tune_searches_the_families_that_take_its_dtype_on_its_gpu():
-    assert TuneRequest(4, 4, 4).families_on("9.0") == ["tf32x3", "vector", "splitk", "register", "streamk", "shared", "naive", "gemv"]
+    tensor_cores = TuneRequest(4, 4, 4, precision="tf32x3")
+    ffma = ["vector", "splitk", "register", "streamk", "shared", "naive", "gemv"]
+    assert tensor_cores.families_on("9.0") == ["tf32x3", *ffma]
+    assert TuneRequest(4, 4, 4).families_on("9.0") == ffma
     assert TuneRequest(4, 4, 4, dtype="float64").families_on("8.0") == ["dmma", "vector", "splitk", "register", "streamk", "shared", "naive", "gemv"]
     assert TuneRequest(4, 4, 4, dtype="int32").families_on("9.0") == ["vector", "splitk", "register", "streamk", "shared", "naive", "gemv"]
     assert TuneRequest(4, 4, 4, dtype="float64", families=["vector"]).families_on("9.0") == ["vector"]
@@ -390,10 +395,12 @@ def test_a_tune_searches_the_families_that_take_its_dtype_on_its_gpu():
     for cc in ("7.0", "7.5"):  # no tensor cores that mma.sync drives; float32 split-K adds 16 bytes from sm_90 on
         assert TuneRequest(4, 4, 4, dtype="float64").families_on(cc) == ["vector", "splitk", "register", "streamk", "shared", "naive", "gemv"]
         assert TuneRequest(4, 4, 4).families_on(cc) == ["vector", "register", "shared", "naive", "gemv"]
-    assert TuneRequest(4, 4, 4).families_on("8.6") == ["tf32x3", "vector", "register", "shared", "naive", "gemv"]
+    assert tensor_cores.families_on("8.6") == ["tf32x3", "vector", "register", "shared", "naive", "gemv"]
     assert TuneRequest(4, 4, 4, dtype="float64").families_on("8.6")[0] == "dmma"
     with pytest.raises(TuneError, match="compute capability 7.5.*tf32x3"):
-        TuneRequest(4, 4, 4, families=["vector", "tf32x3"]).families_on("7.5")
+        TuneRequest(4, 4, 4, families=["vector", "tf32x3"], precision="tf32x3").families_on("7.5")
+    with pytest.raises(TuneError, match="tf32x3 kernels compute in tf32x3 precision, which --precision ieee does not"):
+        TuneRequest(4, 4, 4, families=["vector", "tf32x3"]).families_on("9.0")
     with pytest.raises(TuneError, match="compute capability 8.0.*float32 kernels of splitk need"):
         TuneRequest(4, 4, 4, families=["splitk"]).families_on("8.0")
 
