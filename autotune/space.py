@@ -6,8 +6,10 @@ architecture on the CPU to read the resources a config really uses.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, fields
+from typing import Callable
 
 import kernels
 from autotune.precision import allows
@@ -133,18 +135,37 @@ def default_config(family: str) -> dict:
     return dict(kernels.family(family).default)
 
 
-def sample_configs(
-    family: str, dtype: str, limits: DeviceLimits, count: int, seed: int = 0
-) -> list[dict]:
-    """`count` distinct feasible configs drawn at random, the family's default first where it is
-    feasible; a ValueError where none is."""
+#: a family space of at most this many configs is enumerated to sample it; a larger one is drawn
+#: from parameter by parameter, at most SAMPLE_DRAWS_PER_CONFIG draws per config asked for
+ENUMERATED_SPACE, SAMPLE_DRAWS_PER_CONFIG = 20_000, 2_000
+
+
+def sample_configs(family: str, dtype: str, limits: DeviceLimits, count: int, seed: int = 0,
+                   accept: Callable[[dict], bool] | None = None) -> list[dict]:
+    """`count` distinct feasible configs (that `accept` takes too, if given) drawn at random with
+    `seed`, the family's default first where it qualifies; fewer where fewer are found; a
+    ValueError where none is. A large space is sampled without enumerating it, so that a sample
+    costs milliseconds whatever the space's size."""
+    entry, rng = kernels.family(family), random.Random(seed)
+
+    def qualifies(config: dict) -> bool:
+        return infeasibility(family, config, dtype, limits) is None and (accept is None or accept(config))
+
     default = default_config(family)
-    head = [default] if infeasibility(family, default, dtype, limits) is None else []
-    rest = [c for c in feasible_configs(family, dtype, limits) if c != default]
-    if not head and not rest:
+    found = [default] if qualifies(default) else []
+    if math.prod(len(values) for values in entry.space.values()) <= ENUMERATED_SPACE:
+        rest = [c for c in all_configs(entry.space) if c != default and qualifies(c)]
+        found += rng.sample(rest, min(max(count - len(found), 0), len(rest)))
+    else:
+        for _ in range(SAMPLE_DRAWS_PER_CONFIG * count):
+            if len(found) >= count:
+                break
+            config = {name: rng.choice(values) for name, values in entry.space.items()}
+            if config not in found and qualifies(config):
+                found.append(config)
+    if not found:
         raise ValueError(f"no {family} config runs here for {dtype}: {infeasibility(family, default, dtype, limits)}")
-    drawn = random.Random(seed).sample(rest, min(count - len(head), len(rest))) if count > len(head) else []
-    return [*head, *drawn][:count]
+    return found[:count]
 
 
 #: a product is skinny when its C is at most this many rows (or columns) wide

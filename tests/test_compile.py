@@ -17,7 +17,11 @@ from autotune.space import families_for
 from kernels.dmma import warp_tiles
 from kernels.warp_mma import SHAPES, counts
 
-SAMPLES = {"naive": 4, "shared": 9, "register": 10, "vector": 8, "splitk": 4, "streamk": 2, "dmma": 8, "tf32x3": 6, "gemv": 4}  # shared: its whole space
+#: configs compiled per family in its first dtype (float32; dmma: float64), and in each other one;
+#: `python -m pytest -m sweep` compiles SWEEP_SAMPLE of every family in every dtype
+SAMPLES = {"naive": (2, 1), "shared": (3, 1), "register": (3, 1), "vector": (4, 2), "splitk": (3, 1), "streamk": (2, 1),
+           "dmma": (4, 0), "tf32x3": (3, 0), "gemv": (2, 1)}
+SWEEP_SAMPLE = 40
 CHILD = """
 import json, sys
 import kernels
@@ -54,10 +58,28 @@ def compile_in_child(family: str, dtype: str, count: int) -> list[dict]:
     return results
 
 
-@pytest.mark.parametrize("family,dtype", [(f, d) for f in kernels.FAMILIES for d in kernels.DTYPES if f in families_for(d)])
+FAMILY_DTYPES = [(f, d) for f in kernels.FAMILIES for d in kernels.DTYPES if f in families_for(d)]
+
+
+def sample_size(family: str, dtype: str) -> int:
+    first, other = SAMPLES[family]
+    return first if dtype == next(d for f, d in FAMILY_DTYPES if f == family) else other
+
+
+@pytest.mark.parametrize("family,dtype", FAMILY_DTYPES)
 def test_accepted_configs_compile_for_sm90(family, dtype):
-    results = compile_in_child(family, dtype, SAMPLES[family])
-    assert len(results) == SAMPLES[family]
+    check_compiled(family, dtype, sample_size(family, dtype))
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("family,dtype", FAMILY_DTYPES)
+def test_many_accepted_configs_compile_for_sm90(family, dtype):
+    check_compiled(family, dtype, SWEEP_SAMPLE)
+
+
+def check_compiled(family: str, dtype: str, count: int) -> None:
+    results = compile_in_child(family, dtype, count)
+    assert len(results) == count
     failures = [r for r in results if r["error"]]
     assert not failures, failures
     if family in ("vector", "splitk", "streamk"):

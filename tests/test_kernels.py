@@ -7,6 +7,7 @@ tiles, a GPU the families' defaults and shapes that leave partial tiles at every
 import numpy as np
 import pytest
 from conftest import ON_GPU
+from sampled import property_configs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from numba import cuda
@@ -339,37 +340,27 @@ def test_unknown_family_and_dtype_are_refused():
 
 # --- property test: configs drawn from each family's feasible space compute the right product ---
 
-def _simulator_friendly(config: dict) -> bool:
-    """Few threads and barriers per launch, so one example costs about a second in the simulator."""
-    if "warps_m" in config:  # each mma meets the block's threads at a barrier in the simulator
-        return config["warps_m"] * config["warps_n"] <= 2 and config["bm"] * config["bn"] <= 32 * 64
-    if "bm" in config:
-        return config["bm"] * config["bn"] <= 64 * 64 and config["bk"] >= 8
-    if "tpb" in config:
-        return config["tpb"] >= 16
-    if "threads" in config:  # gemv: few threads, and few blocks on the property test's shapes
-        return config["threads"] <= 64 and config["rows"] >= 4 and config["cols"] >= 32
-    return config["block_x"] * config["block_y"] <= 256
-
-
-PROPERTY_CONFIGS = {
-    (family, dtype): [c for c in feasible_configs(family, dtype, DeviceLimits()) if ON_GPU or _simulator_friendly(c)]
-    for family in kernels.FAMILIES
-    for dtype in DTYPES
-    if family in families_for(dtype)
-}
-
-
-@settings(max_examples=30 if ON_GPU else 12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data())
-def test_feasible_configs_are_correct(data):
-    family, dtype = data.draw(st.sampled_from(sorted(PROPERTY_CONFIGS)), label="family, dtype")
-    config = data.draw(st.sampled_from(PROPERTY_CONFIGS[family, dtype]), label="config")
+def check_drawn_config(data, configs: dict[tuple[str, str], list[dict]]) -> None:
+    family, dtype = data.draw(st.sampled_from(sorted(configs)), label="family, dtype")
+    config = data.draw(st.sampled_from(configs[family, dtype]), label="config")
     top = 300 if ON_GPU else 40
     m, n, k = (data.draw(st.integers(1, top), label=d) for d in "mnk")
     seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
     A, B = random_inputs(m, n, k, dtype, np.random.default_rng(seed))
     assert_matches_reference(kernels.build(family, config, dtype), A, B)
+
+
+@settings(max_examples=30 if ON_GPU else 12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_feasible_configs_are_correct(data):
+    check_drawn_config(data, property_configs())
+
+
+@pytest.mark.sweep
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_every_feasible_config_may_be_drawn_and_is_correct(data):
+    check_drawn_config(data, property_configs(every=True))
 
 
 # --- the tensor cores' fragments and TF32 (kernels.warp_mma) ---

@@ -4,7 +4,7 @@ from conftest import ON_GPU
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from numba import cuda
-from test_kernels import PROPERTY_CONFIGS
+from sampled import property_configs
 
 import kernels
 
@@ -216,8 +216,9 @@ def test_nan_and_inf_propagate_as_numpy_does(bad, rng):
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_matmul_is_right_for_any_tuned_config_shape_dtype_and_input_kind(data, tmp_path_factory, monkeypatch):
-    family, dtype = data.draw(st.sampled_from(sorted(PROPERTY_CONFIGS)), label="family, dtype")
-    config = data.draw(st.sampled_from(PROPERTY_CONFIGS[family, dtype]), label="config")
+    configs = property_configs()
+    family, dtype = data.draw(st.sampled_from(sorted(configs)), label="family, dtype")
+    config = data.draw(st.sampled_from(configs[family, dtype]), label="config")
     m, n, k = (data.draw(st.integers(1, 24), label=d) for d in "mnk")
     on_device = data.draw(st.booleans(), label="device arrays")
     monkeypatch.setenv("MMTUNE_CACHE", str(tmp_path_factory.mktemp("cache") / "cache.db"))

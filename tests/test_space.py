@@ -1,3 +1,5 @@
+import time
+
 import optuna
 import pytest
 
@@ -97,6 +99,15 @@ def test_sample_configs_are_distinct_feasible_and_start_with_the_default():
     assert sample[0] == REG
     assert len({tuple(sorted(c.items())) for c in sample}) == 20
     assert sample == sample_configs("register", "float32", LIMITS, 20, seed=3)
+
+
+def test_a_large_space_is_sampled_without_enumerating_it():
+    started = time.perf_counter()
+    sample = sample_configs("vector", "float32", LIMITS, 30, seed=5, accept=lambda c: c["bm"] <= 32)
+    assert time.perf_counter() - started < 5  # enumerating the space takes seconds, drawing from it not
+    assert len({tuple(sorted(c.items())) for c in sample}) == 30
+    assert all(infeasibility("vector", c, "float32", LIMITS) is None and c["bm"] <= 32 for c in sample)
+    assert sample == sample_configs("vector", "float32", LIMITS, 30, seed=5, accept=lambda c: c["bm"] <= 32)
 
 
 def test_suggest_reads_back_an_enqueued_config():
