@@ -1,6 +1,6 @@
 """mmtune: tune Numba CUDA matmul kernels per shape, cache the verified best, and use it.
 
-    from autotune import matmul, lookup
+    from autotune import matmul, lookup, clear
 
 Importing the package loads nothing heavy: numba is imported on first use of `lookup`, or of
 `matmul` when it has to compile or runs under the simulator, so NUMBA_ENABLE_CUDASIM (or
@@ -13,7 +13,9 @@ import importlib.util
 import sys
 from pathlib import Path
 
-__all__ = ["matmul", "lookup"]
+from autotune.memos import clear
+
+__all__ = ["matmul", "lookup", "clear"]
 KERNELS_MARK = "\n__mmtune__ = True"  # a line of mmtune's kernels/__init__.py
 
 
@@ -58,11 +60,11 @@ _check_kernels()
 
 def __getattr__(name: str):
     if name == "matmul":
-        from autotune.calls import matmul
+        from autotune.call.front import matmul
 
         return matmul
     if name == "lookup":
-        from autotune.runtime import lookup
+        from autotune.select.lookup import lookup
 
         return lookup
     raise AttributeError(f"module 'autotune' has no attribute {name!r}")

@@ -1,15 +1,11 @@
-"""What every kernel family shares: element types, device limits, configs and the launchable Kernel.
-
-A family is one module of this package that defines `FAMILY = Family(...)`: its search space as
-plain data, a default config, a restriction, a factory and its place in the tuner's first guesses.
-`kernels/__init__.py` finds the modules that define one, so adding a family is adding its module.
+"""What every kernel's code shares: element types as Numba sees them, tile origins, the
+launchable Kernel, zeroing C, unrolling. The family contract (Family, Config, DeviceLimits and the
+records a family gives the tuner) is kernels.contract; both are imported from here by the families.
 """
 
 from __future__ import annotations
 
 import functools
-import itertools
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -18,83 +14,39 @@ import numba
 import numpy as np
 from numba import cuda
 
-#: element type name -> (NumPy dtype, Numba type). Kernels accumulate in the element type.
-DTYPES = {
-    "float32": (np.dtype(np.float32), numba.float32),
-    "float64": (np.dtype(np.float64), numba.float64),
-    "int32": (np.dtype(np.int32), numba.int32),
-}
+from .contract import (  # noqa: F401  what families import from here
+    OPT_IN_SHARED,
+    SCHEDULE_PARAMS,
+    Config,
+    DeviceLimits,
+    Family,
+    Footprint,
+    Product,
+    Schedules,
+    all_configs,
+    no_instructions,
+)
+from .rules import (  # noqa: F401  the shared rules, as every family has imported them from here
+    DEFAULT_DYNAMIC_SHARED,
+    DTYPE_NAMES,
+    LAYOUTS,
+    GridTooLarge,
+    adds_into_c,
+    check_layout,
+    grid_of,
+    offset_bits_for,
+    unaligned_for,
+)
 
-MAX_GRID_X = 2**31 - 1  # CUDA's limit on gridDim.x, where the tiles of C go
-#: which operands are passed transposed: "T" for A means the kernel receives A's C-contiguous
-#: transpose, K x M (a view A = X.T of a K x M array X); likewise N x K for B
-LAYOUTS = ("NN", "NT", "TN", "TT")
-#: element offsets are computed in 32 bits (cheaper) unless an operand has this many elements
-WIDE_OFFSET_ELEMENTS = 2**32
+#: element type name -> (NumPy dtype, Numba type). Kernels accumulate in the element type.
+DTYPES = {name: (np.dtype(name), getattr(numba, name)) for name in DTYPE_NAMES}
 #: rows of tiles a block-index group walks before moving right, so that neighbouring blocks share
 #: tiles of A and B in L2 (the order Triton's matmul tutorial calls "grouped")
 GROUP_ROWS = 8
 
 
-@dataclass(frozen=True)
-class DeviceLimits:
-    """What a block may use. Defaults are those of every GPU since Volta (sm_70..sm_90)."""
-
-    max_threads_per_block: int = 1024
-    max_shared_per_block: int = 48 * 1024  # static shared memory; more needs dynamic shared memory
-    max_registers_per_thread: int = 255
-    max_registers_per_block: int = 64 * 1024
-    max_threads_per_sm: int = 2048  # 1536 on sm_86/sm_89
-    #: shared memory a block may opt in to as dynamic shared memory (the 48 KB of static shared
-    #: memory is what every device allows; see for_cc)
-    max_dynamic_shared_per_block: int = 48 * 1024
-
-    @classmethod
-    def for_cc(cls, cc: str | tuple | None) -> "DeviceLimits":
-        """The defaults, with the dynamic shared memory GPUs of compute capability `cc` allow
-        (cudaDevAttrMaxSharedMemoryPerBlockOptin, by architecture)."""
-        if cc is None:
-            return cls()
-        key = cc if isinstance(cc, str) else "{}.{}".format(*cc)
-        return cls(max_dynamic_shared_per_block=OPT_IN_SHARED.get(key, 48 * 1024))
 
 
-OPT_IN_SHARED = {
-    "7.0": 96 * 1024, "7.2": 96 * 1024, "7.5": 64 * 1024, "8.0": 163 * 1024, "8.6": 99 * 1024, "8.7": 163 * 1024,
-    "8.9": 99 * 1024, "9.0": 227 * 1024, "10.0": 227 * 1024, "12.0": 99 * 1024,
-}
-
-
-def offset_bits_for(m: int, n: int, k: int) -> int:
-    """32, or 64 when an operand of an (M x K) @ (K x N) product is too large for 32-bit offsets."""
-    return 64 if max(m * k, k * n, m * n) >= WIDE_OFFSET_ELEMENTS else 32
-
-
-def unaligned_for(m: int, n: int, k: int, layout: str, dtype: str) -> str:
-    """The operands ("A", "B", "C") of an (M x K) @ (K x N) product in `layout` whose rows in
-    memory are not a multiple of 16 bytes: what to build for (kernels.build's `unaligned`)."""
-    a_length = m if layout[0] == "T" else k
-    b_length = k if layout[1] == "T" else n
-    lengths = (("A", a_length), ("B", b_length), ("C", n))
-    return "".join(name for name, length in lengths if length * itemsize(dtype) % 16)
-
-
-def grid_of(m: int, n: int, tile: tuple[int, int], splits: int = 1, workers: int = 0) -> tuple[int, int, int]:
-    """(tiles of C, K-splits, 1): every tile on grid x, whose limit no product in memory reaches;
-    (workers, 1, 1) for a stream-K kernel, whose blocks share out the tiles themselves."""
-    if workers:
-        return workers, 1, 1
-    rows, cols = tile
-    tiles = -(-m // rows) * -(-n // cols)
-    if tiles > MAX_GRID_X:
-        raise GridTooLarge(f"{m}x{n} needs {tiles} blocks, over CUDA's {MAX_GRID_X}")
-    return tiles, splits, 1
-
-
-def check_layout(layout: str) -> str:
-    if layout not in LAYOUTS:
-        raise ValueError(f"unknown layout {layout!r}; known: {', '.join(LAYOUTS)}")
-    return layout
 
 
 def tile_origin(rows: int, cols: int):
@@ -154,69 +106,20 @@ def registers_per_value(dtype: str) -> int:
     return max(1, itemsize(dtype) // 4)
 
 
-def all_configs(space: dict[str, list]) -> list[dict]:
-    """The cartesian product of a family's SPACE, feasible or not."""
-    names = list(space)
-    return [dict(zip(names, values)) for values in itertools.product(*space.values())]
 
 
-@dataclass(frozen=True)
-class Family:
-    """One kernel family: everything the tuner and the runtime need to know about it."""
-
-    name: str
-    space: dict  # {parameter: [values]}, the search space as plain data
-    default: dict  # a config feasible on any CUDA device
-    restrict: Callable  # restrict(config, dtype, limits) -> why it cannot run, or None
-    build: Callable  # build(config, dtype, layout, offset_bits, unaligned) -> Kernel
-    #: where a cold study tries this family's default: lower first. Workers starting together
-    #: climb from the first queued config, so the family most likely to win goes first.
-    first_guess: int
-    shared_bytes: Callable | None = None  # shared_bytes(config, dtype) -> static shared memory
-    #: how exactly its kernels compute (autotune.precision): "ieee", every product and sum in the
-    #: element type, or "tf32x3", float32 as three TF32 products on the tensor cores
-    precision: str = "ieee"
-
-    def config(self, params: dict | None = None) -> "Config":
-        return Config.of(self.name, self.default if params is None else params)
 
 
-@dataclass(frozen=True)
-class Config:
-    """A family and its parameters: hashable, with one canonical text `key` used by the study, the
-    cache, the runtime's memo and the kernel store alike."""
-
-    family: str
-    items: tuple  # sorted (name, value) pairs
-
-    @classmethod
-    def of(cls, family: str, params: dict) -> "Config":
-        return cls(family, tuple(sorted(params.items())))
-
-    @classmethod
-    def from_key(cls, key: str) -> "Config":
-        family, _, params = key.partition(":")
-        return cls.of(family, json.loads(params))
-
-    @property
-    def params(self) -> dict:
-        return dict(self.items)
-
-    @property
-    def params_json(self) -> str:
-        """The parameters as the cache stores them."""
-        return json.dumps(self.params, sort_keys=True)
-
-    @property
-    def key(self) -> str:
-        return f"{self.family}:{self.params_json}"
-
-    def __str__(self) -> str:
-        return f"{self.family} {self.params_json}"
 
 
-class GridTooLarge(ValueError):
-    """The product needs more blocks along a grid dimension than CUDA allows."""
+
+
+
+
+
+
+
+
 
 
 @dataclass
@@ -263,7 +166,7 @@ class Kernel:
     def adds(self) -> bool:
         """Whether blocks add their products into C (zeroed by a launch of its own first), so
         that results vary in the last bits from run to run."""
-        return self.splits > 1 or self.workers_per_sm > 0
+        return adds_into_c({"splits": self.splits, "workers_per_sm": self.workers_per_sm})
 
     def grid(self, m: int, n: int, sm_count: int = 0) -> tuple[int, int, int]:
         """The grid for an M x N product, on a GPU of `sm_count` SMs (the current one's if 0)."""
@@ -303,13 +206,12 @@ class Kernel:
         return zero_then_launch
 
     def launch(self, A, B, C, stream=0) -> None:
-        """Launch on operands the caller checked (autotune.operands holds every operand check)."""
+        """Launch on operands the caller checked (autotune.call.operands holds every operand check)."""
         self.launcher(*C.shape, stream)(A, B, C)
 
     __call__ = launch
 
 
-DEFAULT_DYNAMIC_SHARED = 48 * 1024
 #: the SMs the simulator pretends to have: enough stream-K workers that their shares cross tiles
 SIMULATED_SMS = 2
 

@@ -25,99 +25,51 @@ from __future__ import annotations
 from numba import cuda
 
 from .base import (
-    DEFAULT_DYNAMIC_SHARED, DeviceLimits, Family, Kernel, itemsize, numba_type, product_shape, tile_origin, unrolled,
+    DEFAULT_DYNAMIC_SHARED,
+    Family,
+    Kernel,
+    Schedules,
+    itemsize,
+    numba_type,
+    product_shape,
+    tile_origin,
+    unrolled,
 )
 from .intrinsics import (
-    SHARED_ALIGNMENT, async_commit, async_wait, dynamic_shared_array, reduce_add, rows_aligned, scalar_access,
+    SHARED_ALIGNMENT,
+    async_commit,
+    async_wait,
+    dynamic_shared_array,
+    reduce_add,
+    rows_aligned,
+    scalar_access,
     vector_width,
 )
-from .tiles import OVERHEAD_REGISTERS, tile_copier
-from .warp_mma import KINDS, SHAPES, SMALL_SCALE, WARP, counts, split_tf32
+from .mma_space import (  # noqa: F401  the space dmma and tf32x3 declare
+    DEFAULT,
+    DTYPE,
+    FIRST_SHAPES,
+    FIRST_TILE,
+    KIND,
+    MAX_ACCUMULATOR_REGISTERS,
+    PAD_BYTES,
+    PARTS,
+    SPACE,
+    estimated_registers,
+    first_tile,
+    fits,
+    footprint,
+    instructions,
+    pad,
+    restrict,
+    shared_bytes,
+    tensor_tile,
+    threads_per_block,
+    warp_tiles,
+)
+from .tiles import tile_copier
+from .warp_mma import SHAPES, SMALL_SCALE, WARP, counts, split_tf32
 from .warp_mma import mma as warp_mma
-
-SPACE = {
-    "mma": list(KINDS["f64"]),
-    "bm": [32, 64, 128, 256],
-    "bn": [32, 64, 128, 256],
-    "bk": [8, 16, 32],
-    "warps_m": [1, 2, 4],
-    "warps_n": [1, 2, 4],
-    "stages": [2, 3, 4, 5],
-    "splits": [1, 2, 4, 8, 16, 32, 64],
-    "min_blocks": [1, 2],
-}
-DEFAULT = {"mma": "m8n8k4", "bm": 64, "bn": 64, "bk": 8, "warps_m": 2, "warps_n": 2, "stages": 3, "splits": 1, "min_blocks": 1}
-DTYPE = "float64"
-PAD_BYTES = 32
-#: registers a lane may give its accumulators (a warp's part of C over 32 lanes)
-MAX_ACCUMULATOR_REGISTERS = 128
-#: the instruction kind that multiplies each dtype, and the parts of an element a lane holds
-#: for it (float32 as TF32's big and small parts, kernels.warp_mma.split_tf32)
-KIND = {"float64": "f64", "float32": "tf32"}
-PARTS = {"float64": 1, "float32": 2}
-#: the families `make` builds
-MMA_FAMILIES = ("dmma", "tf32x3")
-
-
-def pad(dtype: str) -> int:
-    return PAD_BYTES // itemsize(dtype)
-
-
-def shared_bytes(config: dict, dtype: str = DTYPE) -> int:
-    return config["stages"] * config["bk"] * (config["bm"] + config["bn"] + 2 * pad(dtype)) * itemsize(dtype)
-
-
-def warp_tiles(config: dict) -> tuple[int, int]:
-    """The instruction's tiles of C along a warp's rows and columns."""
-    m, n, _ = SHAPES[config["mma"]]
-    return config["bm"] // config["warps_m"] // m, config["bn"] // config["warps_n"] // n
-
-
-def threads_per_block(config: dict) -> int:
-    return config["warps_m"] * config["warps_n"] * WARP
-
-
-def estimated_registers(config: dict, dtype: str = DTYPE) -> int:
-    """Accumulators and a chunk's instructions' elements of A and B (each in PARTS) per tile row
-    and column, 2 registers a double."""
-    fm, fn = warp_tiles(config)
-    a, b, c = counts(config["mma"])
-    words = itemsize(dtype) // 4
-    fragments = PARTS[dtype] * config.get("chunk", 1) * (a * fm + b * fn)
-    return words * (c * fm * fn + fragments) + OVERHEAD_REGISTERS
-
-
-def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
-    if dtype != DTYPE:
-        return f"the FP64 tensor cores multiply {DTYPE} only"
-    return fits(config, dtype, limits)
-
-
-def fits(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
-    """Why `config` cannot run on a GPU of `limits`, or None."""
-    if config["mma"] not in KINDS[KIND[dtype]]:
-        return f"no {KIND[dtype]} mma of shape {config['mma']}"
-    m, n, k = SHAPES[config["mma"]]
-    if config["bm"] % (config["warps_m"] * m) or config["bn"] % (config["warps_n"] * n):
-        return (f"{config['warps_m']}x{config['warps_n']} warps do not split a {config['bm']}x{config['bn']} tile "
-                f"into {m}x{n} tiles")
-    if config["bk"] % (k * config.get("chunk", 1)):
-        return f"bk={config['bk']} is not a multiple of {config.get('chunk', 1)} steps of the instruction's K={k}"
-    fm, fn = warp_tiles(config)
-    accumulators = fm * fn * counts(config["mma"])[2]
-    if accumulators * itemsize(dtype) // 4 > MAX_ACCUMULATOR_REGISTERS:
-        return f"{accumulators} accumulators a lane > {MAX_ACCUMULATOR_REGISTERS} registers"
-    threads, blocks = threads_per_block(config), config["min_blocks"]
-    if threads * blocks > limits.max_threads_per_sm:
-        return f"{blocks} blocks of {threads} threads > {limits.max_threads_per_sm} threads per SM"
-    shared = shared_bytes(config, dtype)
-    if shared > max(limits.max_shared_per_block, limits.max_dynamic_shared_per_block):
-        return f"{shared} bytes of shared memory > {max(limits.max_shared_per_block, limits.max_dynamic_shared_per_block)}"
-    regs = estimated_registers(config, dtype)
-    budget = min(limits.max_registers_per_thread, limits.max_registers_per_block // (threads * blocks))
-    if regs > budget:
-        return f"needs ~{regs} registers per thread; {blocks} block(s) of {threads} threads leave {budget}"
-    return None
 
 
 def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Kernel:
@@ -358,4 +310,7 @@ _GATHERS = {
 }
 
 
-FAMILY = Family("dmma", SPACE, DEFAULT, restrict, build, first_guess=0, shared_bytes=shared_bytes)
+#: a tile computed whole or with K split by the config's own `splits`
+FAMILY = Family("dmma", SPACE, DEFAULT, restrict, build, first_guess=0, shared_bytes=shared_bytes,
+                instructions=instructions, footprint=footprint, schedules=Schedules(whole="dmma", split="dmma"),
+                first_tile=first_tile)

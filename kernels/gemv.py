@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from numba import cuda
 
-from .base import DeviceLimits, Family, Kernel, itemsize, numba_type, product_shape, tile_origin
+from .base import DeviceLimits, Family, Footprint, Kernel, Product, itemsize, numba_type, product_shape, tile_origin
 from .intrinsics import reduce_add, rows_aligned, scalar_access, vector_load, vector_width
 
 SPACE = {
@@ -54,6 +54,47 @@ def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
     if shared_bytes(config, dtype) > limits.max_shared_per_block:
         return f"summing the partial products takes {shared_bytes(config, dtype)} bytes of shared memory"
     return None
+
+
+def footprint(config: dict, dtype: str) -> Footprint:
+    """A rows x cols tile whose k-step is one k: each block walks its share of K a k at a time."""
+    return Footprint((config["rows"], config["cols"]), 1, config["threads"], 64, shared_bytes(config, dtype))
+
+
+#: searched only for products of at most this many rows: a tune of more would time kernels that
+#: read B once per few rows
+MAX_ROWS = 16
+
+
+#: float32 products of at most FEW_ROWS rows stream B once through this family (the rule of
+#: autotune.space.guesses.few_rows_guess; studies/step34_gemv.py), its tile by how B lies
+#: (layout[1]: "N", its rows in memory; "T", its columns), K split into the most shares (a power of
+#: 2) that keep FEW_ROWS_SPLIT_K[layout[1]] k's each within FEW_ROWS_WAVES blocks per SM
+FEW_ROWS = 4
+
+
+FEW_ROWS_TILES = {"N": {"cols": 64, "threads": 256, "unroll": 4}, "T": {"cols": 16, "threads": 256, "unroll": 4}}
+
+
+FEW_ROWS_SPLIT_K = {"N": 128, "T": 1024}
+
+
+FEW_ROWS_WAVES = 8
+
+
+def few_rows_config(product: Product, sm_count: int, deterministic: bool) -> dict | None:
+    """The rule's params for a float32 product of at most FEW_ROWS rows (K not split where
+    `deterministic`); None for others."""
+    if product.m > FEW_ROWS or product.dtype != "float32":
+        return None
+    b = product.layout[1]
+    tile = {**FEW_ROWS_TILES[b], "rows": 1 << (product.m - 1).bit_length()}
+    tiles = -(-product.n // tile["cols"])
+    splits = 1
+    while (not deterministic and splits < max(SPACE["splits"]) and product.k >= 2 * splits * FEW_ROWS_SPLIT_K[b]
+           and tiles * splits * 2 <= FEW_ROWS_WAVES * sm_count):
+        splits *= 2
+    return {**tile, "splits": splits}
 
 
 def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Kernel:
@@ -202,4 +243,5 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
                   offset_bits=offset_bits)
 
 
-FAMILY = Family("gemv", SPACE, DEFAULT, restrict, build, first_guess=5, shared_bytes=shared_bytes)
+FAMILY = Family("gemv", SPACE, DEFAULT, restrict, build, first_guess=5, shared_bytes=shared_bytes,
+                max_rows=MAX_ROWS, footprint=footprint, few_rows_config=few_rows_config, summary="B streamed once")

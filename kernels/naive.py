@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from numba import cuda
 
-from .base import DeviceLimits, Family, Kernel, numba_type, product_shape, tile_origin
+from .base import DeviceLimits, Family, Footprint, Kernel, numba_type, product_shape, tile_origin
 
 SPACE = {
     "block_x": [8, 16, 32, 64, 128, 256],
@@ -21,6 +21,12 @@ def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
     if threads > limits.max_threads_per_block:
         return f"{threads} threads per block > {limits.max_threads_per_block}"
     return None
+
+
+def footprint(config: dict, dtype: str) -> Footprint:
+    """A block of threads, each a k of its element at a step, in few registers and no shared memory."""
+    threads = config["block_x"] * config["block_y"]
+    return Footprint((config["block_y"], config["block_x"]), 1, threads, 32, 0)
 
 
 def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Kernel:
@@ -46,4 +52,4 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
                   offset_bits=offset_bits)
 
 
-FAMILY = Family("naive", SPACE, DEFAULT, restrict, build, first_guess=4)
+FAMILY = Family("naive", SPACE, DEFAULT, restrict, build, first_guess=4, footprint=footprint)

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from numba import cuda
 
-from .base import DeviceLimits, Family, Kernel, itemsize, numba_type, product_shape, tile_origin
-from .tiles import loads_per_thread, restrict_tiling, tile_movers
+from .base import DeviceLimits, Family, Footprint, Kernel, itemsize, numba_type, product_shape, tile_origin
+from .tiles import estimated_registers, loads_per_thread, restrict_tiling, threads_per_block, tile_movers
 
 SPACE = {
     "bm": [16, 32, 64, 128, 256],
@@ -44,6 +44,12 @@ def shared_bytes(config: dict, dtype: str) -> int:
 
 def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
     return restrict_tiling(config, dtype, limits, shared_bytes(config, dtype))
+
+
+def footprint(config: dict, dtype: str) -> Footprint:
+    """A block's tile, threads, registers (at least 32: ptxas's floor in practice) and shared tiles."""
+    return Footprint((config["bm"], config["bn"]), config["bk"], threads_per_block(config),
+                     max(estimated_registers(config, dtype), 32), shared_bytes(config, dtype))
 
 
 def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Kernel:
@@ -127,4 +133,6 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
                   offset_bits=offset_bits)
 
 
-FAMILY = Family("register", SPACE, DEFAULT, restrict, build, first_guess=2, shared_bytes=shared_bytes)
+#: small tiles that suit any shape and every dtype: the default a lookup falls back to
+FAMILY = Family("register", SPACE, DEFAULT, restrict, build, first_guess=2, shared_bytes=shared_bytes,
+                footprint=footprint, fallback=True)

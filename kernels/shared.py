@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from numba import cuda
 
-from .base import DeviceLimits, Family, Kernel, itemsize, numba_type, product_shape, tile_origin
+from .base import DeviceLimits, Family, Footprint, Kernel, itemsize, numba_type, product_shape, tile_origin
 
 SPACE = {
     "tpb": [8, 16, 32],
@@ -32,6 +32,12 @@ def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
     if smem > limits.max_shared_per_block:
         return f"{smem} bytes of shared memory > {limits.max_shared_per_block}"
     return None
+
+
+def footprint(config: dict, dtype: str) -> Footprint:
+    """A TPB x TPB tile, TPB k's a step, a thread an element, in few registers."""
+    tpb = config["tpb"]
+    return Footprint((tpb, tpb), tpb, tpb**2, 32, shared_bytes(config, dtype))
 
 
 def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Kernel:
@@ -76,4 +82,5 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
                   offset_bits=offset_bits)
 
 
-FAMILY = Family("shared", SPACE, DEFAULT, restrict, build, first_guess=3, shared_bytes=shared_bytes)
+FAMILY = Family("shared", SPACE, DEFAULT, restrict, build, first_guess=3, shared_bytes=shared_bytes,
+                footprint=footprint)

@@ -29,4 +29,5 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
                        unaligned=unaligned)
 
 
-FAMILY = Family("splitk", SPACE, DEFAULT, restrict, build, first_guess=1, shared_bytes=shared_bytes)
+FAMILY = Family("splitk", SPACE, DEFAULT, restrict, build, first_guess=1, shared_bytes=shared_bytes,
+                instructions=vector.adding_instructions, footprint=vector.footprint, schedules=vector.SCHEDULES)

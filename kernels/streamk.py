@@ -38,4 +38,5 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
                        workers_per_sm=config["workers_per_sm"])
 
 
-FAMILY = Family("streamk", SPACE, DEFAULT, restrict, build, first_guess=2, shared_bytes=shared_bytes)
+FAMILY = Family("streamk", SPACE, DEFAULT, restrict, build, first_guess=2, shared_bytes=shared_bytes,
+                instructions=vector.adding_instructions, footprint=vector.footprint, schedules=vector.SCHEDULES)

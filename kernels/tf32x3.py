@@ -20,13 +20,26 @@ to 2**-147, not float32's 2**-149.
 from __future__ import annotations
 
 from . import dmma
-from .base import DeviceLimits, Family, Kernel
-from .warp_mma import KINDS
+from .base import DeviceLimits, Family, Kernel, Schedules
+from .warp_mma import KINDS, needs
 
 DTYPE = "float32"
 SPACE = {**dmma.SPACE, "mma": list(KINDS["tf32"]), "chunk": [1, 2, 4]}
 DEFAULT = {**dmma.DEFAULT, "mma": "m16n8k8", "bk": 16, "chunk": 2}
 shared_bytes = dmma.shared_bytes
+#: the tile a cold tune tries first (autotune.space.guesses), from sm_80 on
+FIRST_TILE = {"bm": 64, "bn": 128, "bk": 16, "warps_m": 2, "warps_n": 2, "stages": 3, "chunk": 2, "min_blocks": 1}
+FIRST_SHAPES = {(8, 0): "m16n8k8"}
+
+
+def instructions(config: dict, dtype: str) -> dict:
+    """The config's TF32 mma.sync."""
+    return needs("tf32", config.get("mma"))
+
+
+def first_tile(dtype: str, cc: str | None) -> dict | None:
+    """FIRST_TILE for float32 on a GPU with fast TF32 tensor cores (kernels.dmma.tensor_tile)."""
+    return dmma.tensor_tile(FIRST_TILE, FIRST_SHAPES, cc) if dtype == DTYPE else None
 
 
 def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
@@ -41,5 +54,7 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
     return dmma.make(config, dtype, "tf32x3", layout, offset_bits, unaligned)
 
 
+#: a tile computed whole or with K split by the config's own `splits`
 FAMILY = Family("tf32x3", SPACE, DEFAULT, restrict, build, first_guess=0, shared_bytes=shared_bytes,
-                precision="tf32x3")
+                precision="tf32x3", instructions=instructions, footprint=dmma.footprint,
+                schedules=Schedules(whole="tf32x3", split="tf32x3"), first_tile=first_tile)

@@ -22,7 +22,14 @@ from numba import cuda
 
 from .base import DeviceLimits, itemsize, registers_per_value
 from .intrinsics import (
-    anywhere, async_copy, rows_aligned, scalar_access, store, vector_load, vector_store, vector_width,
+    anywhere,
+    async_copy,
+    rows_aligned,
+    scalar_access,
+    store,
+    vector_load,
+    vector_store,
+    vector_width,
 )
 
 MAX_ELEMENTS_PER_THREAD = 128

@@ -41,6 +41,13 @@ from numba import config
 SHAPES = {"m8n8k4": (8, 8, 4), "m16n8k4": (16, 8, 4), "m16n8k8": (16, 8, 8), "m16n8k16": (16, 8, 16)}
 #: the instruction's kind -> the shapes it comes in
 KINDS = {"f64": tuple(SHAPES), "tf32": ("m16n8k4", "m16n8k8")}
+#: the oldest (major, minor) compute capability whose PTX has each kind's shapes: sm_80 has f64's
+#: m8n8k4 and TF32's, sm_90 f64's 16-row shapes (`needs`)
+OLDEST_ARCH = {("f64", "m8n8k4"): (8, 0), ("f64", "m16n8k4"): (9, 0), ("f64", "m16n8k8"): (9, 0),
+               ("f64", "m16n8k16"): (9, 0), ("tf32", "m16n8k4"): (8, 0), ("tf32", "m16n8k8"): (8, 0)}
+#: the data-center GPUs whose tensor cores multiply float64 and TF32 faster than their FFMA units;
+#: others (sm_86, sm_89, sm_120) run the instructions at no more than their FFMA rate
+FAST_TENSOR_CORES = {"8.0", "9.0", "10.0"}
 WARP = 32
 #: float32 bits below TF32's 10-bit mantissa, and half of their weight (round to nearest, ties away)
 TF32_DROPPED_MASK, TF32_HALF = 0x1FFF, 0x1000
@@ -67,6 +74,13 @@ def counts(shape: str) -> tuple[int, int, int]:
     """Elements of A, B and C a lane holds."""
     m, n, k = SHAPES[shape]
     return m * k // WARP, k * n // WARP, m * n // WARP
+
+
+def needs(kind: str, shape: str) -> dict[str, tuple[int, int]]:
+    """{the mma.sync of `shape` and `kind`: the oldest compute capability that has it}, or {}
+    for a shape the kind lacks (which the families' restrictions turn down)."""
+    arch = OLDEST_ARCH.get((kind, shape))
+    return {f"mma.sync {shape}": arch} if arch else {}
 
 
 def mma(shape: str, kind: str = "f64"):

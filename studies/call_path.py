@@ -38,6 +38,7 @@ if len(sys.argv) > 2:  # where to write a profile of the first call
     profile = cProfile.Profile()
     profile.enable()
 start = time.perf_counter()
+import autotune
 from autotune import matmul
 C = matmul(A, B)
 torch.cuda.synchronize()
@@ -104,22 +105,23 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("error: no CUDA device")
     torch.backends.cuda.matmul.allow_tf32 = False
-    from autotune import calls
+    import autotune
+    from autotune.call import front
 
     results: dict = {"device": torch.cuda.get_device_name(0), "per_call_us": {}, "gflops": {}}
     A, B = torch.randn(256, 256, device="cuda"), torch.randn(256, 256, device="cuda")
     C = torch.empty(256, 256, device="cuda")
     for backend in ("driver", "numba"):
-        os.environ[calls.ENV] = backend
-        calls.clear()
-        calls.matmul(A, B, out=C)
-        if calls.backend() != backend:
+        os.environ[front.ENV] = backend
+        autotune.clear()
+        front.matmul(A, B, out=C)
+        if front.backend() != backend:
             results["per_call_us"][f"mmtune {backend}"] = None
             continue
-        results["per_call_us"][f"mmtune {backend} out="] = per_call_us(lambda: calls.matmul(A, B, out=C), args.calls, torch)
-        results["per_call_us"][f"mmtune {backend} allocating"] = per_call_us(lambda: calls.matmul(A, B), args.calls, torch)
-    os.environ[calls.ENV] = "driver"
-    calls.clear()
+        results["per_call_us"][f"mmtune {backend} out="] = per_call_us(lambda: front.matmul(A, B, out=C), args.calls, torch)
+        results["per_call_us"][f"mmtune {backend} allocating"] = per_call_us(lambda: front.matmul(A, B), args.calls, torch)
+    os.environ[front.ENV] = "driver"
+    autotune.clear()
     results["per_call_us"]["torch.matmul out="] = per_call_us(lambda: torch.matmul(A, B, out=C), args.calls, torch)
     results["per_call_us"]["torch.matmul allocating"] = per_call_us(lambda: torch.matmul(A, B), args.calls, torch)
 
@@ -127,7 +129,7 @@ def main() -> None:
         A, B = torch.randn(size, size, device="cuda"), torch.randn(size, size, device="cuda")
         C = torch.empty(size, size, device="cuda")
         count = 200 if size == 1024 else 20
-        call, kernel = gflops(lambda: calls.matmul(A, B, out=C), size, count, torch)
+        call, kernel = gflops(lambda: front.matmul(A, B, out=C), size, count, torch)
         reference, _ = gflops(lambda: torch.matmul(A, B, out=C), size, count, torch)
         results["gflops"][str(size)] = {"mmtune_call": call, "mmtune_kernel": kernel,
                                         "call_over_kernel": call / kernel, "torch_call": reference}

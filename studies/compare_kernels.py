@@ -20,7 +20,7 @@ import numpy as np
 from numba import cuda
 
 import kernels
-from autotune.measure import cublas_matmul, device_info, random_inputs, time_launches, verify, versions
+from autotune.measure.measurement import cublas_matmul, device_info, random_inputs, time_launches, verify, versions
 
 
 def import_old(package_dir: Path):

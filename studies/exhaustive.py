@@ -11,7 +11,7 @@ checked against float64 reference rows, then the median of `--repeat` samples. A
 launch fails (its CUDA context may be poisoned) writes the row and is replaced by a fresh one.
 After `--seconds` no new config is started, so a sweep can be split over several runs: each run
 appends its rows to DIR/rows.jsonl and skips the configs already there. Once every config has a
-row, the `--retime` fastest are timed again by the full protocol (autotune.measure, 20 samples)
+row, the `--retime` fastest are timed again by the full protocol (autotune.measure.measurement, 20 samples)
 and DIR/exhaustive.json is written: the device, versions, cuBLAS and counts, and those re-timed
 rows (the rows themselves stay in DIR/rows.jsonl).
 """
@@ -45,8 +45,10 @@ def worker(gpu: int, todo: list[dict], taken, family: str, shape, repeat: int, d
     from numba import cuda
 
     import kernels
-    from autotune.measure import all_written, cublas_matmul, error_bound, exclusive, random_inputs, relative_error
-    from autotune.measure import run_poisoned, time_launches
+    from autotune.measure.measurement import (
+        all_written, cublas_matmul, error_bound, exclusive, random_inputs, relative_error,
+    )
+    from autotune.measure.measurement import run_poisoned, time_launches
 
     m, n, k = shape
     rng = np.random.default_rng([SEED, gpu, os.getpid()])
@@ -129,7 +131,7 @@ def retime(rows: list[dict], args, shape) -> tuple[dict, list[dict]]:
     from numba import cuda
 
     import kernels
-    from autotune.measure import cublas_matmul, device_info, measure, random_inputs, time_launches, versions
+    from autotune.measure.measurement import cublas_matmul, device_info, measure, random_inputs, time_launches, versions
 
     rng = np.random.default_rng(SEED)
     A, B = random_inputs(*shape, "float32", rng)
@@ -162,7 +164,7 @@ def main() -> None:
     shape = tuple(int(x) for x in args.shape.split("x"))
     args.out.mkdir(parents=True, exist_ok=True)
 
-    from autotune.space import DeviceLimits, feasible_configs
+    from autotune.space.configs import DeviceLimits, feasible_configs
 
     configs = feasible_configs(args.family, "float32", DeviceLimits())
     started = time.perf_counter()

@@ -1,7 +1,7 @@
 """A ladder of kernel configs on a few shapes, next to cuBLAS.
 
 Each kernel is verified on fresh random inputs at the shape, then timed by the protocol of
-autotune.measure on the same device arrays cuBLAS (CuPy, TF32 off) is timed on, in this process.
+autotune.measure.measurement on the same device arrays cuBLAS (CuPy, TF32 off) is timed on, in this process.
 
     python studies/ladder.py --out DIR [--shapes 1024x1024x1024,4096x4096x4096]
         every family: the seed kernels, defaults and a few register configs (float32), and each
@@ -23,8 +23,8 @@ import numpy as np
 from numba import cuda
 
 import kernels
-from autotune.measure import cublas_matmul, device_info, random_inputs, time_launches, verify, versions
-from autotune.space import device_limits, sample_configs
+from autotune.measure.measurement import cublas_matmul, device_info, random_inputs, time_launches, verify, versions
+from autotune.space.configs import device_limits, sample_configs
 
 R = dict(pad=4, mapping="strided", prefetch=True)
 FLOAT32_CONFIGS = [

@@ -1,10 +1,10 @@
-"""Leave-one-out accuracy of the cost model (autotune.model) on the shipped records of this GPU.
+"""Leave-one-out accuracy of the cost model (autotune.select.model) on the shipped records of this GPU.
 
     python3 studies/loo.py --out loo.json
 
 For each shipped float32 NN record of this GPU model: the config the model predicts for its shape
 from the records of the other shapes, and the record's own tuned config, both verified and timed
-now, in this process, by autotune.measure (so the ratio compares like with like). Prints a table
+now, in this process, by autotune.measure.measurement (so the ratio compares like with like). Prints a table
 and the geometric mean of predicted / tuned GFLOPS; writes JSON.
 """
 
@@ -18,9 +18,9 @@ import numpy as np
 
 import kernels
 from autotune import backends
-from autotune.measure import measure
-from autotune.model import leave_one_out
-from autotune.records import shipped_rows
+from autotune.measure.measurement import measure
+from autotune.select.model import leave_one_out
+from autotune.store.records import shipped_rows
 
 
 def gflops(family: str, params: dict, shape: tuple[int, int, int], seed: int) -> float:

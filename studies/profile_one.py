@@ -13,7 +13,7 @@ import numpy as np
 from numba import cuda
 
 import kernels
-from autotune.measure import cublas_matmul, random_inputs
+from autotune.measure.measurement import cublas_matmul, random_inputs
 
 
 def main() -> None:

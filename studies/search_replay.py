@@ -1,5 +1,5 @@
 """How often each sampler reaches 0.97 of an exhaustive sweep's best, replaying the sweep
-through `autotune.tuner.tune` (no GPU): the table of docs/performance.md step 17.
+through `autotune.tune.tuner.tune` (no GPU): the table of docs/performance.md step 17.
 
     python studies/search_replay.py [--trials 40] [--seeds 20] [--sampler climb --sampler tpe ...]
 
@@ -21,7 +21,7 @@ from pathlib import Path
 os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # the replay needs no GPU
 
 import kernels  # noqa: E402
-from autotune.replay import best_found, config_key, median_table, read_rows  # noqa: E402
+from autotune.tune.replay import best_found, config_key, median_table, read_rows
 
 H200 = Path(__file__).parent / "h200"
 SHAPE = (4096, 4096, 4096)

@@ -25,7 +25,7 @@ import torch
 from numba import cuda
 
 import kernels
-from autotune.measure import device_info, versions
+from autotune.measure.measurement import device_info, versions
 
 TF32X3 = {"bm": 64, "bn": 128, "bk": 16, "chunk": 2, "min_blocks": 1, "mma": "m16n8k8", "splits": 1, "stages": 3,
           "warps_m": 2, "warps_n": 2}

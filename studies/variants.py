@@ -12,7 +12,7 @@ import json
 import sys
 
 import kernels
-from autotune.space import device_limits, infeasibility
+from autotune.space.configs import device_limits, infeasibility
 
 
 def expand(bases: list, axes: list[str]) -> list:

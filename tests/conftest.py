@@ -17,6 +17,15 @@ if not ON_GPU:
     import autotune.backends.simulator  # noqa: E402,F401  its barriers, for kernels launched without the backend
 
 
+#: `-n auto` workers per usable core: many tests wait on a child process or a database more than
+#: they compute, so two workers a core finish sooner than one
+WORKERS_PER_CORE = 2
+
+
+def pytest_xdist_auto_num_workers(config):
+    return WORKERS_PER_CORE * len(os.sched_getaffinity(0))
+
+
 @pytest.fixture
 def rng(request):
     """A generator seeded per test, so a failure reproduces."""
@@ -30,8 +39,8 @@ def isolated_cache(tmp_path, monkeypatch):
     path = tmp_path / "cache" / "cache.db"
     monkeypatch.setenv("MMTUNE_CACHE", str(path))
     monkeypatch.setenv("MMTUNE_KERNELS", str(tmp_path / "kernels"))
-    from autotune import runtime
+    import autotune
 
-    runtime.clear()
+    autotune.clear()
     yield path
-    runtime.clear()
+    autotune.clear()

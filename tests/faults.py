@@ -4,7 +4,7 @@ measuring child process can import)."""
 import os
 import time
 
-from autotune.measure import Measurement, Timing, Verification
+from autotune.measure.measurement import Measurement, Timing, Verification
 
 CRASH = {"tpb": 8, "pad": 0}  # the process dies, as on a segfault or abort
 HANG = {"tpb": 8, "pad": 1}  # never returns, as a kernel in an endless loop

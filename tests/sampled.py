@@ -1,13 +1,17 @@
 """Kernel configs the property tests draw from (tests/test_kernels.py, tests/test_runtime.py):
 sampled with a fixed seed from each family's feasible space per dtype, or, for the sweep that
-`python -m pytest -m sweep` runs, every feasible config (seconds to enumerate)."""
+`python -m pytest -m sweep` runs, every feasible config (seconds to enumerate); and the build
+variants (layout, alignment, offset width) each family and dtype is run in."""
 
 import functools
+import math
+from dataclasses import dataclass
 
 from conftest import ON_GPU
 
 import kernels
-from autotune.space import DeviceLimits, families_for, feasible_configs, sample_configs
+from autotune.space.configs import DeviceLimits, families_for, feasible_configs, sample_configs
+from kernels.rules import unaligned_for
 
 #: configs sampled per family and dtype
 PROPERTY_SAMPLE = 24
@@ -40,3 +44,47 @@ def property_configs(every: bool = False) -> dict[tuple[str, str], list[dict]]:
         for dtype in kernels.DTYPES
         if family in families_for(dtype)
     }
+
+
+#: the builds each family and dtype of the sample runs in: every layout, rows that are 16-byte
+#: multiples and rows that are not (kernels.rules.unaligned_for), 32- and 64-bit offsets, each
+#: twice across the four
+VARIANTS = (("NN", True, 32), ("NT", False, 64), ("TN", True, 64), ("TT", False, 32))
+#: shapes whose operands' rows are 16-byte multiples in every layout and dtype, and ones whose are not
+ALIGNED_SHAPE, UNALIGNED_SHAPE = (24, 16, 20), (19, 13, 11)
+
+
+@dataclass(frozen=True)
+class Variant:
+    family: str
+    dtype: str
+    config: dict
+    layout: str
+    offset_bits: int
+    shape: tuple[int, int, int]
+
+    @property
+    def unaligned(self) -> str:
+        return unaligned_for(*self.shape, self.layout, self.dtype)
+
+    @property
+    def id(self) -> str:
+        return f"{self.family}-{self.dtype}-{self.layout}-{self.offset_bits}-{self.unaligned or 'aligned'}"
+
+
+def simulated_work(family: str, config: dict, dtype: str, shape: tuple[int, int, int]) -> int:
+    """Threads a launch runs at `shape`: what a simulated launch costs."""
+    kernel = kernels.build(family, config, dtype)
+    return math.prod(kernel.grid(shape[0], shape[1], sm_count=2)) * kernel.threads
+
+
+def variant_cases() -> list[Variant]:
+    """Every family and dtype of the sample in each of VARIANTS, each with another of the sample's
+    configs that simulate fastest at its shape."""
+    cases = []
+    for (family, dtype), configs in sorted(property_configs().items()):
+        for index, (layout, aligned, offset_bits) in enumerate(VARIANTS):
+            shape = ALIGNED_SHAPE if aligned else UNALIGNED_SHAPE
+            cheap = sorted(configs, key=lambda config: simulated_work(family, config, dtype, shape))[:len(VARIANTS)]
+            cases.append(Variant(family, dtype, cheap[index % len(cheap)], layout, offset_bits, shape))
+    return cases

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from autotune.bench import bench, parse_shapes
+from autotune.bench.suite import bench, parse_shapes
 
 
 def test_parse_shapes_reads_suites_and_lists():
@@ -34,7 +34,7 @@ def test_charts_are_saved_as_palette_pngs_that_keep_their_picture(tmp_path):
     import numpy as np
     from PIL import Image
 
-    from autotune.figures import save_png
+    from autotune.bench.figures import save_png
 
     plt.close("all")
     fig, ax = plt.subplots(figsize=(4, 3))

@@ -2,7 +2,7 @@ import sqlite3
 
 import pytest
 
-from autotune.cache import Cache, CacheError, default_path, shape_distance
+from autotune.store.cache import Cache, CacheError, default_path, shape_distance
 
 ROW = dict(device="GPU", dtype="float32", m=64, n=64, k=64, family="shared", params={"tpb": 16, "pad": 1}, gflops=100.0,
            median_ms=0.1, spread=0.01, trials=10)
@@ -81,3 +81,62 @@ def test_a_corrupt_file_is_refused(tmp_path):
     path.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(CacheError, match="is not a usable mmtune cache"):
         Cache(path)
+
+
+def test_a_cache_of_an_older_mmtune_is_adopted_and_marked(tmp_path):
+    """A cache written before the mark (and before layouts and precisions) opens, and gets them."""
+    from autotune.store.cache import APPLICATION_ID, SCHEMA_VERSION
+
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE best (device TEXT, dtype TEXT, m INTEGER, n INTEGER, k INTEGER, family TEXT, "
+               "params TEXT, gflops FLOAT, PRIMARY KEY (device, dtype, m, n, k))")
+    db.execute("INSERT INTO best VALUES ('GPU', 'float32', 64, 64, 64, 'shared', '{\"tpb\": 16, \"pad\": 1}', 100.0)")
+    db.commit()
+    db.close()
+    cache = Cache(path)
+    assert cache.get("GPU", "float32", 64, 64, 64)["params"] == {"tpb": 16, "pad": 1}
+    cache.close()
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    db.close()
+
+
+def test_opening_a_marked_cache_writes_nothing(isolated_cache):
+    cache = Cache()
+    cache.record(row())
+    cache.close()
+    before = isolated_cache.read_bytes()
+    Cache().rows()
+    assert isolated_cache.read_bytes() == before
+
+
+def test_writing_a_cache_this_process_may_not_write_says_read_only(isolated_cache, monkeypatch):
+    Cache().record(row())
+    monkeypatch.setattr("autotune.store.cache._writable", lambda path: False)
+    cache = Cache()
+    assert cache.read_only and cache.get("GPU", "float32", 64, 64, 64)["gflops"] == 100.0
+    with pytest.raises(CacheError, match="is read-only: its rows are read, but nothing can be written"):
+        cache.record(row(m=128))
+
+
+def test_rows_of_code_that_compiles_alike_stay_current(monkeypatch):
+    """A row measured on kernel code that a later hash compiles alike (autotune.store.cache.SAME_CODE)
+    is as current as one measured on the later code; other hashes stay stale."""
+    from autotune.store import cache
+
+    monkeypatch.setattr(cache, "SAME_CODE", {"earlier": "today"})
+    hashes = {"vector": "today"}
+    assert not cache.stale({"family": "vector", "source_hash": "earlier"}, hashes)
+    assert not cache.stale({"family": "vector", "source_hash": "today"}, hashes)
+    assert cache.stale({"family": "vector", "source_hash": "older"}, hashes)
+
+
+def test_code_that_compiles_alike_maps_to_todays_kernels():
+    """Each SAME_CODE entry ends at a family's hash of today (re-label, as for the shipped records,
+    where a kernel change leaves the PTX the same; drop the entries where it does not)."""
+    import kernels
+    from autotune.store.cache import SAME_CODE
+
+    assert set(SAME_CODE.values()) <= set(kernels.source_hashes().values())

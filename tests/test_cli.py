@@ -1,10 +1,14 @@
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 import kernels
-from autotune.cache import Cache
+from autotune.store.cache import Cache
 from autotune.cli import app
 
 runner = CliRunner()
@@ -104,7 +108,7 @@ def test_lookup_in_the_simulator():
         (("bench", "--peers", "--dtype", "float64", "--simulate"), "error: --peers times float32 only\n"),
         (("sweep", "--sizes", "8,x", "--simulate"), "error: --sizes takes positive integers like 8,16,32; got '8,x'\n"),
         (("sweep", "--sizes", "8", "--dtype", "float16", "--simulate"), "error: unsupported dtype 'float16'; supported: float32, float64, int32\n"),
-        (("lookup", "--m", 4, "--n", 4, "--k", 4, "--dtype", "bool"), "error: unsupported dtype bool; supported: float32, float64, int32\n"),
+        (("lookup", "--m", 4, "--n", 4, "--k", 4, "--dtype", "bool"), "error: unsupported dtype 'bool'; supported: float32, float64, int32\n"),
         (("check", "--family", "naive", "--sample", 1), "error: compiling to PTX needs numba-cuda without NUMBA_ENABLE_CUDASIM\n"),
         (("check", "--family", "splitk", "--cc", "8.0"), "error: no splitk config runs here for float32: "
          "red.global.add.v4.f32 (16-byte adds into C) needs compute capability 9.0, this GPU has 8.0\n"),
@@ -190,3 +194,21 @@ def test_plot_draws_the_shipped_studies_and_a_bench_chart(tmp_path):
 def test_plot_of_an_unknown_study_is_an_error(tmp_path):
     result = invoke("plot", "--out", tmp_path, "--study", "nope")
     assert result.exit_code == 2 and result.stderr.startswith("error: ")
+
+
+@pytest.mark.parametrize("args,message", [
+    (("tune", "--m", 4, "--simulate"), "error: Missing option '--n'.\n"),
+    (("tnue",), "error: No such command 'tnue'. Did you mean 'tune'?\n"),
+    (("cache", "nosuch"), "error: No such command 'nosuch'.\n"),
+    (("--bogus",), "error: No such option: --bogus\n"),
+])
+def test_usage_mistakes_are_one_line_too(args, message):
+    result = invoke(*args)
+    assert (result.exit_code, result.stderr) == (2, message)
+
+
+def test_python_m_autotune_is_mmtune():
+    done = subprocess.run([sys.executable, "-m", "autotune", "best", "--dtype", "float16"], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+    assert done.returncode == 2
+    assert done.stderr == "error: unsupported dtype 'float16'; supported: float32, float64, int32\n"

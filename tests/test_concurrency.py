@@ -9,16 +9,16 @@ from pathlib import Path
 
 import optuna
 
-from autotune.cache import Cache
-from autotune.storage import open_storage
-from autotune.study import study_name
+from autotune.store.cache import Cache
+from autotune.tune.storage import open_storage
+from autotune.tune.study import study_name
 
 TESTS = str(Path(__file__).parent)
 KEYS = [(64, 64, 64), (128, 64, 64), (64, 128, 32)]
 
 RECORDER = """
 import random, sys
-from autotune.cache import Cache
+from autotune.store.cache import Cache
 worker, keys = int(sys.argv[1]), eval(sys.argv[2])
 rng = random.Random(worker)
 cache = Cache()
@@ -31,9 +31,9 @@ for i in range(60):
 TUNER = """
 import sys
 sys.path.insert(0, sys.argv[4])
-from autotune.replay import Replay, config_key
-from autotune.space import feasible_configs, DeviceLimits
-from autotune.tuner import TuneRequest, tune
+from autotune.tune.replay import Replay, config_key
+from autotune.space.configs import feasible_configs, DeviceLimits
+from autotune.tune.tuner import TuneRequest, tune
 table = {config_key("shared", c): 10.0 * c["tpb"] + c["pad"] for c in feasible_configs("shared", "float32", DeviceLimits())}
 m, n, k = (int(x) for x in sys.argv[1:4])
 tune(TuneRequest(m, n, k, trials=5, families=["shared"], sampler="random", seed=int(sys.argv[5]), jobs=1), Replay(table),
@@ -43,10 +43,10 @@ tune(TuneRequest(m, n, k, trials=5, families=["shared"], sampler="random", seed=
 OPENER = """
 import sys
 from pathlib import Path
-from autotune.cache import Cache
-from autotune.space import DeviceLimits
-from autotune.storage import open_storage
-from autotune.study import open_study
+from autotune.store.cache import Cache
+from autotune.space.configs import DeviceLimits
+from autotune.tune.storage import open_storage
+from autotune.tune.study import open_study
 spec, worker, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
 cache = Cache()
 storage = open_storage(spec)

@@ -1,24 +1,31 @@
-"""studies/ as a dataset: small enough to clone, every result set indexed, large raw files
-compressed, and its scripts kept apart from the package and the tests (they import only the
-package; nothing imports them)."""
+"""studies/ as a dataset: small enough to clone, every result set and script indexed, large raw
+files compressed, its scripts kept apart from the package, the tests and each other (they import
+only the package; nothing imports them), and the shipped data (autotune/data) rebuilt from it by one
+command, byte for byte."""
 
 import ast
+import filecmp
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).parent.parent
 STUDIES = ROOT / "studies"
-MAX_CHECKOUT_BYTES = 8 * 2**20  # the checkout without .git
+DATA = ROOT / "autotune" / "data"
+MAX_CHECKOUT_BYTES = 6 * 2**20  # the checkout without .git
 
 
 def tracked_files() -> list[Path]:
+    """The checkout's files: tracked, and untracked but not ignored (what a commit would take)."""
     try:
-        listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                                capture_output=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("not a git checkout")
-    return [ROOT / name for name in listed.decode().split("\0") if name]
+    return sorted({ROOT / name for name in listed.decode().split("\0") if name})
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -32,9 +39,9 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
-def test_the_checkout_stays_under_8_mb():
+def test_the_checkout_stays_under_6_mib():
     total = sum(path.stat().st_size for path in tracked_files() if path.is_file())
-    assert total < MAX_CHECKOUT_BYTES, f"tracked files take {total / 2**20:.1f} MB"
+    assert total <= MAX_CHECKOUT_BYTES, f"the checkout's files take {total / 2**20:.2f} MiB"
 
 
 def test_raw_journals_and_row_dumps_are_tracked_compressed():
@@ -50,12 +57,36 @@ def test_every_result_set_is_in_the_index():
     assert not missing, f"studies/README.md does not mention {missing}"
 
 
+def test_every_script_is_in_the_index():
+    index = (STUDIES / "README.md").read_text()
+    scripts = [path.name for path in [*STUDIES.glob("*.py"), *STUDIES.glob("*.sh")]]
+    assert scripts
+    missing = [name for name in scripts if f"studies/{name}" not in index]
+    assert not missing, f"studies/README.md does not mention {missing}"
+
+
 def test_studies_scripts_import_only_the_package_and_nothing_imports_them():
     scripts = sorted(STUDIES.glob("*.py"))
     test_modules = {path.stem for path in (ROOT / "tests").glob("*.py")}
+    script_names = {path.stem for path in scripts} | {"studies"}
     for script in scripts:
         assert "sys.path" not in script.read_text(), script.name
         assert not imported_modules(script) & (test_modules | {"tests", "studies"}), script.name
-    script_names = {path.stem for path in scripts} | {"studies"}
+        others = imported_modules(script) & (script_names - {script.stem})
+        assert not others, f"{script.name} imports the studies script(s) {sorted(others)}"
     for path in [*ROOT.glob("autotune/**/*.py"), *ROOT.glob("kernels/**/*.py"), *ROOT.glob("tests/*.py")]:
         assert not imported_modules(path) & script_names, path.name
+
+
+def test_the_shipped_data_rebuilds_from_the_studies_byte_for_byte(tmp_path):
+    """studies/README.md's rebuild command, into a temporary folder: every shipped measured table
+    and records file comes out as autotune/data holds it."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "studies/table.py", "rebuild", "--out", str(tmp_path)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    shipped = sorted(path.relative_to(DATA) for kind in ("measured", "records") for path in (DATA / kind).glob("*.json"))
+    built = sorted(path.relative_to(tmp_path) for path in tmp_path.rglob("*.json"))
+    assert built == shipped, "studies/table.py SHIPPED does not make every shipped file"
+    differ = [str(name) for name in shipped if not filecmp.cmp(tmp_path / name, DATA / name, shallow=False)]
+    assert not differ, f"rebuilt from studies/ but not as shipped: {differ} (add a step to studies/table.py SHIPPED)"

@@ -16,11 +16,11 @@ import psycopg
 import pytest
 from optuna.trial import TrialState
 
-from autotune.cache import Cache
-from autotune.fleet import WINNER, pull
-from autotune.space import config_of, distributions, trial_params
-from autotune.storage import StorageError, heartbeat_settings, masked, open_storage, scrub, storage_errors
-from autotune.study import measured_trials, study_name
+from autotune.store.cache import Cache
+from autotune.tune.fleet import WINNER, pull
+from autotune.space.encoding import config_of, distributions, trial_params
+from autotune.tune.storage import StorageError, heartbeat_settings, masked, open_storage, scrub, storage_errors
+from autotune.tune.study import measured_trials, study_name
 from kernels.base import Config
 from pgserver import MissingServer, PgServer
 
@@ -33,7 +33,7 @@ FAST_HEARTBEAT = {"MMTUNE_HEARTBEAT_S": "1", "MMTUNE_GRACE_S": "3"}
 HANGING_HOST = """
 import socket, sys, time
 socket.gethostname = lambda: "host-a"
-from autotune.tuner import TuneRequest, tune
+from autotune.tune.tuner import TuneRequest, tune
 
 def hang(kernel, m, n, k, rng, warmup=3, repeat=20, lock=None):
     time.sleep(3600)
@@ -45,9 +45,9 @@ tune(TuneRequest(6, 5, 4, trials=6, families=["shared"], storage=sys.argv[1], jo
 SLOW_HOST = """
 import sys, time
 sys.path.insert(0, sys.argv[2])
-from autotune.replay import Replay, config_key
-from autotune.space import DeviceLimits, feasible_configs
-from autotune.tuner import TuneRequest, tune
+from autotune.tune.replay import Replay, config_key
+from autotune.space.configs import DeviceLimits, feasible_configs
+from autotune.tune.tuner import TuneRequest, tune
 replay = Replay({config_key("shared", c): 10.0 * c["tpb"] + c["pad"] for c in feasible_configs("shared", "float32", DeviceLimits())})
 
 def slow(*args, **kwargs):

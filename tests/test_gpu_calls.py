@@ -14,9 +14,15 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not ON_GPU, reason="needs a GP
 torch = pytest.importorskip("torch")
 
 import kernels  # noqa: E402
-from autotune import calls, launch, store  # noqa: E402
-from autotune.measure import error_bound, random_inputs, reference, relative_error  # noqa: E402
-from autotune.operands import unaligned_rows  # noqa: E402
+from autotune.errors import CaptureError
+from autotune import memos
+from autotune.memos import MEMOS
+from autotune.call import front
+from autotune.call import launch
+from autotune.store import cubins
+from autotune.store import shapes
+from autotune.measure.measurement import error_bound, random_inputs, reference, relative_error
+from kernels.rules import unaligned_for
 
 SLEEP_CYCLES = 500_000_000  # ~0.25 s of one GPU thread spinning: long enough to see asynchrony
 
@@ -24,11 +30,11 @@ SLEEP_CYCLES = 500_000_000  # ~0.25 s of one GPU thread spinning: long enough to
 @pytest.fixture(autouse=True)
 def fresh_plans(tmp_path, monkeypatch):
     monkeypatch.setenv("MMTUNE_KERNELS", str(tmp_path / "kernels"))
-    calls.clear()
+    memos.clear()
     torch.backends.cuda.matmul.allow_tf32 = False
     yield
     torch.cuda.synchronize()
-    calls.clear()
+    memos.clear()
 
 
 def operands(m, n, k, dtype, rng, device="cuda:0"):
@@ -45,34 +51,34 @@ def assert_exact(C, A, B, dtype):
 @pytest.mark.parametrize("shape", [(256, 256, 256), (1023, 1025, 999), (65, 33, 17)])
 def test_results_through_the_driver_are_exact(shape, dtype, rng):
     A, B, tA, tB = operands(*shape, dtype, rng)
-    C = calls.matmul(tA, tB)
-    assert calls.backend() == "driver" and isinstance(C, torch.Tensor) and C.device == tA.device
+    C = front.matmul(tA, tB)
+    assert front.backend() == "driver" and isinstance(C, torch.Tensor) and C.device == tA.device
     assert_exact(C, A, B, dtype)
     out = torch.full_like(C, -1)
-    assert calls.matmul(tA, tB, out=out) is out
+    assert front.matmul(tA, tB, out=out) is out
     assert_exact(out, A, B, dtype)
 
 
 @pytest.mark.parametrize("shape", [(257, 5003, 1031), (129, 256, 64), (65, 40, 33)])
 def test_the_last_rows_peeled_off_are_computed_and_the_rest_left_alone(shape, rng):
     m, n, k = shape
-    store.remember(torch.cuda.get_device_name(0), "float32", shape, "vector", {**kernels.family("vector").default, "bm": 64})
+    shapes.remember(torch.cuda.get_device_name(0), "float32", shape, "vector", {**kernels.family("vector").default, "bm": 64})
     A, B, tA, tB = operands(*shape, "float32", rng)
     out = torch.full((m, n), float("nan"), device="cuda:0")
-    calls.matmul(tA, tB, out=out)
-    plan = next(iter(calls._plans.values())).plan
+    front.matmul(tA, tB, out=out)
+    plan = next(iter(MEMOS.table("call.plans").values())).plan
     assert isinstance(plan, launch.RowParts) and len(plan.parts) == 2
     assert_exact(out, A, B, "float32")
 
 
 def test_split_k_zeroes_c_before_adding(rng):
     shape = (96, 80, 640)
-    store.remember(torch.cuda.get_device_name(0), "float32", shape, "splitk", kernels.family("splitk").default)
+    shapes.remember(torch.cuda.get_device_name(0), "float32", shape, "splitk", kernels.family("splitk").default)
     A, B, tA, tB = operands(*shape, "float32", rng)
     out = torch.full((96, 80), 7.0, device="cuda:0")
     for _ in range(3):  # a C not zeroed would accumulate
-        calls.matmul(tA, tB, out=out)
-    assert next(iter(calls._plans.values())).family == "splitk"
+        front.matmul(tA, tB, out=out)
+    assert next(iter(MEMOS.table("call.plans").values())).family == "splitk"
     assert_exact(out, A, B, "float32")
 
 
@@ -80,13 +86,13 @@ def test_a_torch_side_stream_orders_the_call(rng):
     """The issue's case: on a side stream, C.clone() after matmul(out=C) must see the product."""
     A, B, tA, tB = operands(512, 512, 512, "float32", rng)
     C = torch.empty(512, 512, device="cuda:0")
-    calls.matmul(tA, tB, out=C)  # the plan
+    front.matmul(tA, tB, out=C)  # the plan
     torch.cuda.synchronize()
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
         C.fill_(float("nan"))
         torch.cuda._sleep(SLEEP_CYCLES)
-        calls.matmul(tA, tB, out=C)
+        front.matmul(tA, tB, out=C)
         D = C.clone()
     torch.cuda.synchronize()
     assert_exact(D, A, B, "float32")
@@ -95,7 +101,7 @@ def test_a_torch_side_stream_orders_the_call(rng):
 def test_an_explicit_stream_wins(rng):
     A, B, tA, tB = operands(256, 256, 256, "float32", rng)
     C = torch.empty(256, 256, device="cuda:0")
-    calls.matmul(tA, tB, out=C)
+    front.matmul(tA, tB, out=C)
     torch.cuda.synchronize()
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):  # fill on side, then matmul on `other` waiting for it
@@ -105,7 +111,7 @@ def test_an_explicit_stream_wins(rng):
         ready.record()
     other = torch.cuda.Stream()
     other.wait_event(ready)
-    calls.matmul(tA, tB, out=C, stream=other)
+    front.matmul(tA, tB, out=C, stream=other)
     with torch.cuda.stream(other):
         D = C.clone()
     torch.cuda.synchronize()
@@ -117,11 +123,11 @@ def test_graph_capture_and_replay(rng):
     C = torch.empty(384, 256, device="cuda:0")
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
-        calls.matmul(tA, tB, out=C)  # plans are built before capture
+        front.matmul(tA, tB, out=C)  # plans are built before capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        calls.matmul(tA, tB, out=C)
+        front.matmul(tA, tB, out=C)
     A2, B2 = random_inputs(384, 256, 320, "float32", rng)
     tA.copy_(torch.from_numpy(A2))
     tB.copy_(torch.from_numpy(B2))
@@ -134,21 +140,21 @@ def test_graph_capture_and_replay(rng):
 def test_a_missing_plan_during_capture_is_an_error(rng):
     _, _, tA, tB = operands(64, 48, 32, "float32", rng)
     C = torch.empty(64, 48, device="cuda:0")
-    calls.matmul(*operands(16, 16, 16, "float32", rng)[2:])  # the device is set up; this shape is not
+    front.matmul(*operands(16, 16, 16, "float32", rng)[2:])  # the device is set up; this shape is not
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with pytest.raises(launch.CaptureError, match="before capturing"):
+    with pytest.raises(CaptureError, match="before capturing"):
         with torch.cuda.graph(graph):
-            calls.matmul(tA, tB, out=C)
+            front.matmul(tA, tB, out=C)
 
 
 def test_matmul_does_not_wait_for_the_gpu(rng):
     _, _, tA, tB = operands(256, 256, 256, "float32", rng)
     C = torch.empty(256, 256, device="cuda:0")
-    calls.matmul(tA, tB, out=C)
+    front.matmul(tA, tB, out=C)
     torch.cuda.synchronize()
     torch.cuda._sleep(SLEEP_CYCLES)
-    calls.matmul(tA, tB, out=C)
+    front.matmul(tA, tB, out=C)
     done = torch.cuda.Event()
     done.record()
     assert not done.query()  # matmul returned while the stream still sleeps
@@ -157,13 +163,13 @@ def test_matmul_does_not_wait_for_the_gpu(rng):
 def test_threads_calling_at_once_get_their_own_results(rng):
     inputs = [operands(128, 96, 64, "float32", rng) for _ in range(8)]
     outs = [torch.empty(128, 96, device="cuda:0") for _ in inputs]
-    calls.matmul(inputs[0][2], inputs[0][3], out=outs[0])
+    front.matmul(inputs[0][2], inputs[0][3], out=outs[0])
     errors = []
 
     def work(i):
         try:
             for _ in range(50):
-                calls.matmul(inputs[i][2], inputs[i][3], out=outs[i])
+                front.matmul(inputs[i][2], inputs[i][3], out=outs[i])
         except Exception as error:  # reported below
             errors.append(error)
 
@@ -182,7 +188,7 @@ def test_threads_calling_at_once_get_their_own_results(rng):
 def test_a_tensor_on_cuda_1_runs_on_gpu_1(rng):
     A, B, tA, tB = operands(300, 200, 100, "float32", rng, device="cuda:1")
     torch.cuda.set_device(0)
-    C = calls.matmul(tA, tB)
+    C = front.matmul(tA, tB)
     assert C.device == torch.device("cuda:1")
     torch.cuda.synchronize(1)
     assert_exact(C, A, B, "float32")
@@ -192,33 +198,33 @@ def test_cupy_arrays_use_cupys_stream(rng):
     cupy = pytest.importorskip("cupy")
     A, B = random_inputs(256, 192, 128, "float32", rng)
     cA, cB = cupy.asarray(A), cupy.asarray(B)
-    C = calls.matmul(cA, cB)
+    C = front.matmul(cA, cB)
     assert isinstance(C, cupy.ndarray)
     cupy.cuda.Device().synchronize()
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         C.fill(np.nan)
-        calls.matmul(cA, cB, out=C)
+        front.matmul(cA, cB, out=C)
         D = C.copy()
     stream.synchronize()
     assert relative_error(cupy.asnumpy(D), reference(A, B)) <= error_bound("float32", 128)
 
 
 def test_the_numba_fallback_uses_the_callers_stream_too(rng, monkeypatch):
-    monkeypatch.setenv(calls.ENV, "numba")
-    calls.clear()
+    monkeypatch.setenv(front.ENV, "numba")
+    memos.clear()
     A, B, tA, tB = operands(256, 256, 256, "float32", rng)
     C = torch.empty(256, 256, device="cuda:0")
-    calls.matmul(tA, tB, out=C)
+    front.matmul(tA, tB, out=C)
     torch.cuda.synchronize()
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
         C.fill_(float("nan"))
         torch.cuda._sleep(SLEEP_CYCLES)
-        calls.matmul(tA, tB, out=C)
+        front.matmul(tA, tB, out=C)
         D = C.clone()
     torch.cuda.synchronize()
-    assert calls.backend() == "numba"
+    assert front.backend() == "numba"
     assert_exact(D, A, B, "float32")
 
 
@@ -238,8 +244,8 @@ def views(m, n, k, layout, rng, dtype="float32"):
 def test_transposed_torch_views_run_in_place_and_exactly(layout, shape, rng):
     A, B, tA, tB = views(*shape, layout, rng)
     assert tA.is_contiguous() == (layout[0] == "N") and tB.is_contiguous() == (layout[1] == "N")
-    C = calls.matmul(tA, tB)
-    assert (calls.backend(), next(iter(calls._plans.values())).layout) == ("driver", layout)
+    C = front.matmul(tA, tB)
+    assert (front.backend(), next(iter(MEMOS.table("call.plans").values())).layout) == ("driver", layout)
     assert_exact(C, A, B, "float32")
     expected = torch.matmul(tA.double(), tB.double())
     assert torch.linalg.norm(C.double() - expected) / torch.linalg.norm(expected) <= error_bound("float32", shape[2])
@@ -251,8 +257,8 @@ def test_products_of_a_few_rows_stream_b_once(layout, shape, rng):
     """The few-rows rule's gemv, its rows or columns of B aligned or not, K split, into NaN."""
     A, B, tA, tB = views(*shape, layout, rng)
     out = torch.full(shape[:2], float("nan"), device="cuda:0")
-    calls.matmul(tA, tB, out=out)
-    assert next(iter(calls._plans.values())).family == "gemv"
+    front.matmul(tA, tB, out=out)
+    assert next(iter(MEMOS.table("call.plans").values())).family == "gemv"
     assert_exact(out, A, B, "float32")
 
 
@@ -266,7 +272,7 @@ def sampled_error(C, tA, tB, rows: int = 64) -> float:
 @pytest.mark.parametrize("m,n,k", [(5_000_000, 16, 16), (16, 5_000_000, 16)], ids=["tall", "wide"])
 def test_tall_and_wide_products_run(m, n, k):
     tA, tB = torch.randn(m, k, device="cuda:0"), torch.randn(k, n, device="cuda:0")
-    C = calls.matmul(tA, tB)
+    C = front.matmul(tA, tB)
     torch.cuda.synchronize()
     assert sampled_error(C, tA, tB) <= error_bound("float32", k)
 
@@ -275,12 +281,12 @@ def test_an_operand_past_2_32_elements_gets_64_bit_offsets():
     """C of 65536 x 65537 (4.3e9 elements, 17 GB of float32) came back wrong with 32-bit offsets."""
     m, n, k = 65536, 65537, 16
     tA, tB = torch.randn(m, k, device="cuda:0"), torch.randn(k, n, device="cuda:0")
-    C = calls.matmul(tA, tB)
+    C = front.matmul(tA, tB)
     torch.cuda.synchronize()
-    call = next(iter(calls._plans.values()))
-    parts = store.key_parts(call.family, call.config, "float32", torch.cuda.get_device_capability(0), None, "NN", 64,
-                            unaligned_rows(m, n, k, "NN", "float32"))
-    assert store.entry_key(parts) in calls._loaded  # the 64-bit kernel was built and launched
+    call = next(iter(MEMOS.table("call.plans").values()))
+    parts = cubins.key_parts(call.family, call.config, "float32", torch.cuda.get_device_capability(0), None, "NN", 64,
+                            unaligned_for(m, n, k, "NN", "float32"))
+    assert cubins.entry_key(parts) in MEMOS.table("call.loaded")  # the 64-bit kernel was built and launched
     assert sampled_error(C, tA, tB) <= error_bound("float32", k)
     ref = tA[-8:].double() @ tB[:, -8:].double()  # C's last elements: past 2**32 from its start
     assert float(torch.linalg.norm(C[-8:, -8:].double() - ref) / torch.linalg.norm(ref)) <= error_bound("float32", k)

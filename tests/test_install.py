@@ -65,6 +65,8 @@ def test_the_wheel_installed_outside_the_checkout_has_its_data_and_runs(tmp_path
     names = zipfile.ZipFile(wheel).namelist()
     assert {"autotune/data/suites.json", "autotune/data/records/nvidia-h200.json", "kernels/__init__.py"} <= set(names)
     assert not [n for n in names if n.startswith(("studies/", "tests/", "docs/"))]
+    licenses = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]  # pyproject's license-files
+    assert len(licenses) == 1 and zipfile.ZipFile(wheel).read(licenses[0]) == (ROOT / "LICENSE").read_bytes()
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -73,11 +75,12 @@ def test_the_wheel_installed_outside_the_checkout_has_its_data_and_runs(tmp_path
     mmtune = python.parent / ("mmtune.exe" if os.name == "nt" else "mmtune")
     where = run([python, "-c", """if True:
         import json, autotune, kernels
-        from autotune import bench, records
+        from autotune.bench import suite
+        from autotune.store import records
         print(json.dumps({"autotune": autotune.__file__, "kernels": kernels.__file__,
                           "h200": len(records.shipped_rows("NVIDIA H200", "float32")),
                           "h200_all": len(records.shipped_rows("NVIDIA H200")),
-                          "suites": sorted(records.suites()), "standard": len(bench.parse_shapes("standard"))}))
+                          "suites": sorted(records.suites()), "standard": len(suite.parse_shapes("standard"))}))
         """], elsewhere, env).stdout
     found = json.loads(where)
     site_packages = str(python.parent.parent)

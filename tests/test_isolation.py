@@ -6,9 +6,9 @@ import pytest
 from faults import CRASH, HANG, POISON, faulty_measure
 
 import kernels
-from autotune.cache import Cache
-from autotune.isolation import Isolated, MeasureFailed
-from autotune.tuner import TuneRequest, tune
+from autotune.store.cache import Cache
+from autotune.measure.isolation import Isolated, MeasureFailed
+from autotune.tune.tuner import TuneRequest, tune
 
 
 def kernel(config):
@@ -47,7 +47,7 @@ def test_a_fault_fails_the_call_and_the_next_gets_a_fresh_child(isolated, config
 def test_the_study_survives_crashing_hanging_and_poisoning_kernels():
     result = tune(TuneRequest(6, 5, 4, trials=9, families=["shared"], sampler="grid", jobs=1),
                   Isolated(faulty_measure, timeout_s=3), show_progress=False)
-    from autotune.storage import open_storage
+    from autotune.tune.storage import open_storage
 
     study = optuna.load_study(study_name=result.study_name, storage=open_storage(result.storage))
     failed = {t.params["shared.pad"]: t.user_attrs["error"] for t in study.trials

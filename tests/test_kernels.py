@@ -7,16 +7,21 @@ tiles, a GPU the families' defaults and shapes that leave partial tiles at every
 import numpy as np
 import pytest
 from conftest import ON_GPU
-from sampled import property_configs
+from sampled import VARIANTS, property_configs, variant_cases
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from numba import cuda
 
 import kernels
 from kernels import intrinsics, warp_mma
-from autotune.measure import compare, poison_value, random_inputs, reference, relative_error, error_bound, stored
-from autotune.space import DMMA_TILE, TF32X3_TILE, DeviceLimits, families_for, feasible_configs
-from autotune.operands import OperandError, arrays_layout, check_shapes
+from autotune.measure.measurement import (
+    compare, poison_value, random_inputs, reference, relative_error, error_bound, stored,
+)
+from kernels.dmma import FIRST_TILE as DMMA_TILE
+from kernels.tf32x3 import FIRST_TILE as TF32X3_TILE
+from autotune.space.configs import DeviceLimits, families_for
+from autotune.errors import OperandError
+from autotune.call.operands import arrays_layout, check_shapes
 
 DTYPES = list(kernels.DTYPES)
 
@@ -350,7 +355,7 @@ def check_drawn_config(data, configs: dict[tuple[str, str], list[dict]]) -> None
     assert_matches_reference(kernels.build(family, config, dtype), A, B)
 
 
-@settings(max_examples=30 if ON_GPU else 12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30 if ON_GPU else 6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_feasible_configs_are_correct(data):
     check_drawn_config(data, property_configs())
@@ -361,6 +366,30 @@ def test_feasible_configs_are_correct(data):
 @given(data=st.data())
 def test_every_feasible_config_may_be_drawn_and_is_correct(data):
     check_drawn_config(data, property_configs(every=True))
+
+
+@pytest.mark.parametrize("case", variant_cases(), ids=lambda case: case.id)
+def test_sampled_configs_are_correct_in_every_build_variant(case, rng):
+    kernel = kernels.build(case.family, case.config, case.dtype, case.layout, case.offset_bits, case.unaligned)
+    A, B = random_inputs(*case.shape, case.dtype, rng)
+    out, ref = run_layout(kernel, A, B), reference(A, B)
+    if case.dtype == "int32":
+        np.testing.assert_array_equal(out, ref.astype(np.int32))
+    else:
+        assert np.all(np.isfinite(out)), "unwritten (poisoned) elements remain"
+        assert relative_error(out, ref) <= error_bound(case.dtype, case.shape[2])
+
+
+def test_the_sample_covers_every_family_dtype_and_build_variant():
+    cases = variant_cases()
+    pairs = {(f, d) for d in kernels.DTYPES for f in families_for(d)}
+    assert {(case.family, case.dtype) for case in cases} == pairs
+    for family, dtype in pairs:
+        mine = [case for case in cases if (case.family, case.dtype) == (family, dtype)]
+        assert {case.layout for case in mine} == set(kernels.LAYOUTS)
+        assert {bool(case.unaligned) for case in mine} == {True, False}
+        assert {case.offset_bits for case in mine} == {32, 64}
+    assert len({layout for layout, _, _ in VARIANTS}) == len(kernels.LAYOUTS)
 
 
 # --- the tensor cores' fragments and TF32 (kernels.warp_mma) ---

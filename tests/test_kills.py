@@ -9,8 +9,8 @@ import time
 
 import optuna
 
-from autotune.storage import open_storage
-from autotune.study import measured_trials, study_name
+from autotune.tune.storage import open_storage
+from autotune.tune.study import measured_trials, study_name
 
 SHAPE = ("6", "5", "4")
 

@@ -13,21 +13,25 @@ import types
 import numpy as np
 import pytest
 
-from autotune import calls, launch
-from autotune.operands import Operand, OperandError, check_product, kind_of, read_cai, read_dlpack, read_torch
+import autotune
+from autotune.call import front
+from autotune.call import launch
+from autotune.call.operands import Operand, check_product, kind_of, read_cai, read_dlpack, read_torch
+from autotune.errors import OperandError, CaptureError
 
 CHILD = """
 import json, ctypes
 import numpy as np
 import kernels
 from kernels.resources import ptx
-from autotune import launch, store
+from autotune.call import launch
+from autotune.store import cubins
 from numba.cuda import dispatcher, types
 out = {"params": {}}
 for family in kernels.FAMILIES:
     dtype = "float64" if family == "dmma" else "float32"
     kernel = kernels.build(family, kernels.family(family).default, dtype)
-    out["params"][family] = store.entry_parameters(ptx(kernel))[1]
+    out["params"][family] = cubins.entry_parameters(ptx(kernel))[1]
 
 # Numba's own flattening of one float32[:, ::1] argument, with the device array faked
 class Layout:
@@ -111,7 +115,7 @@ def test_a_launch_on_another_gpu_puts_the_callers_context_back(monkeypatch, call
     cuda:1 tensors sent its next work on cuda:0 to GPU 1 (an illegal address, seen on 2 H200s)."""
     driver = ContextDriver(caller)
     monkeypatch.setattr(launch, "driver", driver)
-    gpu1 = object.__new__(launch.Device)
+    gpu1 = object.__new__(launch.GpuContext)
     gpu1.ordinal, gpu1.context, gpu1.context_id = 1, 11, 11
     loaded = launch.LoadedKernel(library=None, kernel="k", dynamic_shared=0)
     words, slots = launch.pack_arguments([(30, 20), (20, 10), (30, 10)], 4)
@@ -222,24 +226,23 @@ def test_an_explicit_stream_overrides_and_may_be_any_kind():
 
 
 def test_the_call_path_launches_on_the_callers_stream(monkeypatch):
-    """calls.matmul with fake torch tensors: the plan's launch gets torch's current stream of
+    """front.matmul with fake torch tensors: the plan's launch gets torch's current stream of
     the tensors' device, or the explicit stream."""
     fake_modules(monkeypatch)
     launched = []
     plan = types.SimpleNamespace(launch=lambda a, b, c, s: launched.append((a, b, c, s)))
     A, B, C = FakeTensor((3, 4), device=1, pointer=1), FakeTensor((4, 5), device=1, pointer=2), FakeTensor((3, 5), device=1, pointer=3)
-    monkeypatch.setattr(calls, "_build", lambda key, kind, a, b, stream, deterministic, precision: calls.CallPlan(
+    monkeypatch.setattr(front, "_build", lambda key, kind, a, b, stream, deterministic, precision: front.CallPlan(
         kind, 3, 5, "float32", "NN", ((3, 5), None, "torch.float32", 1), plan, "naive", {}))
-    monkeypatch.setattr(calls, "_backend", ["driver"])
-    monkeypatch.setattr(calls, "_readers", {})
-    monkeypatch.setattr(calls, "_plans", {})
-    assert calls.matmul(A, B, out=C) is C
-    calls.matmul(A, B, out=C, stream=types.SimpleNamespace(cuda_stream=77))
+    autotune.clear()
+    monkeypatch.setattr(front, "backend", lambda: "driver")
+    assert front.matmul(A, B, out=C) is C
+    front.matmul(A, B, out=C, stream=types.SimpleNamespace(cuda_stream=77))
     assert launched == [(1, 2, 3, 1001), (1, 2, 3, 77)]
     with pytest.raises(OperandError, match="out must be a 3x5 device array of float32"):
-        calls.matmul(A, B, out=FakeTensor((5, 3), device=1))
+        front.matmul(A, B, out=FakeTensor((5, 3), device=1))
     with pytest.raises(OperandError, match="C is not C-contiguous"):
-        calls.matmul(A, B, out=FakeTensor((3, 5), device=1, contiguous=False))
+        front.matmul(A, B, out=FakeTensor((3, 5), device=1, contiguous=False))
 
 
 # Operands ---------------------------------------------------------------------------------
@@ -281,5 +284,5 @@ def test_operand_checks_refuse_with_one_line(A, B, C, message):
 
 def test_graph_capture_without_a_plan_is_an_error(monkeypatch):
     monkeypatch.setattr(launch, "capturing", lambda stream: True)
-    with pytest.raises(launch.CaptureError, match="call matmul once with these operands before capturing"):
-        calls._refuse_during_capture(5, 2, 3, 4, "float32", 0)
+    with pytest.raises(CaptureError, match="call matmul once with these operands before capturing"):
+        front._refuse_during_capture(5, 2, 3, 4, "float32", 0)

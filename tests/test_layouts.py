@@ -12,17 +12,22 @@ import pytest
 from numba import cuda
 from typer.testing import CliRunner
 
+from autotune import memos
+from autotune.memos import MEMOS
 import autotune
-import autotune.records
+import autotune.store.records
 import kernels
-from autotune import calls, launch, runtime, store
-from autotune.cache import Cache, RecordsError, validate_records
-from autotune.fleet import parse_study_name
-from autotune.measure import error_bound, random_inputs, reference, relative_error, verify
-from autotune.operands import (
-    Operand, OperandError, check_product, memory_shapes, offset_bits, peeled_rows, read_cai, read_torch, unaligned_rows,
-)
-from autotune.study import space_hash, study_name
+from autotune.call import front
+from autotune.call import launch
+from autotune.store import cubins
+from autotune.store import shapes
+from autotune.store.cache import Cache, RecordsError, validate_records
+from autotune.tune.fleet import parse_study_name
+from autotune.measure.measurement import error_bound, random_inputs, reference, relative_error, verify
+from autotune.call.operands import Operand, check_product, read_cai, read_torch
+from autotune.errors import OperandError
+from kernels.rules import memory_shapes, offset_bits_for, peeled_rows, unaligned_for
+from autotune.tune.study import space_hash, study_name
 from test_launch import FakeTensor
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -70,10 +75,10 @@ def test_other_strides_are_refused_naming_the_operand_and_the_layouts():
         check_product(Operand(1, (4, 6), None, np.dtype("float32"), 0), B, C)
 
 
-@pytest.mark.parametrize("m,n,k", [(65535, 65536, 1), (65536, 16, 65537), (16, 65537, 65536), (65536, 65536, 1),
-                                   (2**20, 8, 2**12), (5_000_000, 16, 16)])
-def test_operands_past_32_bit_offsets_select_64_bit_kernels(m, n, k):
-    assert offset_bits(m, n, k) == kernels.offset_bits_for(m, n, k)
+@pytest.mark.parametrize("m,n,k,bits", [(65535, 65536, 1, 32), (65536, 16, 65537, 64), (16, 65537, 65536, 64),
+                                        (65536, 65536, 1, 64), (2**20, 8, 2**12, 64), (5_000_000, 16, 16, 32)])
+def test_operands_take_the_offset_width_their_size_needs_and_are_not_refused(m, n, k, bits):
+    assert offset_bits_for(m, n, k) == bits
     A = Operand(1, (m, k), None, np.dtype("float32"), 0)
     B = Operand(2, (k, n), None, np.dtype("float32"), 0)
     assert check_product(A, B) == (m, n, k, "float32", "NN")  # no longer refused
@@ -97,15 +102,15 @@ def test_a_plan_packs_the_memory_shapes_and_builds_for_the_layout_and_offsets(mo
         asked.append((m, n, k, dtype, layout))
         return "vector", {}, entry
 
-    monkeypatch.setattr(calls, "find_entry", find_entry)
-    monkeypatch.setattr(calls, "_identity", lambda device: None)
-    monkeypatch.setattr(calls, "_loaded", {})
+    monkeypatch.setattr(front, "find_entry", find_entry)
+    monkeypatch.setattr(front, "_identity", lambda device: None)
+    memos.clear()
     monkeypatch.setattr(launch, "capturing", lambda stream: False)
     monkeypatch.setattr(launch, "load", lambda cubin, name, shared: launch.LoadedKernel(None, "k", shared))
     monkeypatch.setattr(launch.LoadedKernel, "opt_in", lambda self, dev: None)
     device = types.SimpleNamespace(enter=lambda: None, leave=lambda previous: None, ordinal=0)
     a = Operand(1, (5_000_000, 16), (4, 20_000_000), np.dtype("float32"), 0)
-    plan, family, _ = calls._plan(device, "cai", a, 0, 5_000_000, 16, 16, "float32", "TN")
+    plan, family, _ = front._plan(device, "cai", a, 0, 5_000_000, 16, 16, "float32", "TN")
     assert asked == [(5_000_000, 16, 16, "float32", "TN")]
     words, slots = launch.pack_arguments([(16, 5_000_000), (16, 16), (5_000_000, 16)], 4)
     assert (plan.words, plan.slots) == (words, slots)
@@ -113,7 +118,7 @@ def test_a_plan_packs_the_memory_shapes_and_builds_for_the_layout_and_offsets(mo
     assert plan.grid == (78125, 1, 1) and plan.shared == 64 * 1024 and plan.zero_words == 0
     streamed = types.SimpleNamespace(**{**vars(entry), "workers_per_sm": 2, "adds": True})
     device.attribute = {"CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT": 132}.get
-    plan = calls.entry_plan(device, streamed, 5_000_000, 16, 16, "float32", "TN")
+    plan = front.entry_plan(device, streamed, 5_000_000, 16, 16, "float32", "TN")
     assert plan.grid == (264, 1, 1) and plan.zero_words == 5_000_000 * 16  # stream-K: 2 blocks per SM, C zeroed
 
 
@@ -133,16 +138,16 @@ def test_a_peeled_plan_launches_the_first_rows_then_the_rest_on_their_rows_of_a_
                1: types.SimpleNamespace(key="rest", cubin=b"", name="g", dynamic_shared=0, tile=(16, 128), splits=16,
                                         workers_per_sm=0, adds=True, block=(64,))}
     configs = {257: ("vector", {"bm": 64}), 1: ("splitk", {"bm": 16, "splits": 16})}
-    monkeypatch.setattr(calls, "find_entry", lambda gpu, m, n, k, dtype, layout, deterministic=False, precision=None: (*configs[m], entries[m]))
-    monkeypatch.setattr(calls, "_identity", lambda device: None)
-    monkeypatch.setattr(calls, "_loaded", {})
+    monkeypatch.setattr(front, "find_entry", lambda gpu, m, n, k, dtype, layout, deterministic=False, precision=None: (*configs[m], entries[m]))
+    monkeypatch.setattr(front, "_identity", lambda device: None)
+    memos.clear()
     monkeypatch.setattr(launch, "capturing", lambda stream: False)
     monkeypatch.setattr(launch, "load", lambda cubin, name, shared: launch.LoadedKernel(None, name, shared))
     launched = []
     monkeypatch.setattr(launch.Plan, "launch", lambda plan, a, b, c, stream: launched.append((plan.kernel, a, b, c, stream)))
     device = types.SimpleNamespace(enter=lambda: None, leave=lambda previous: None, ordinal=0)
     m, n, k = 257, 5003, 1031
-    plan, family, config = calls._plan(device, "cai", Operand(1, (m, k), None, np.dtype("float32"), 0), 0, m, n, k,
+    plan, family, config = front._plan(device, "cai", Operand(1, (m, k), None, np.dtype("float32"), 0), 0, m, n, k,
                                        "float32", "NN")
     assert isinstance(plan, launch.RowParts) and (family, config) == configs[257]
     (main, *_), (rest, *_) = plan.parts
@@ -155,45 +160,37 @@ def test_a_peeled_plan_launches_the_first_rows_then_the_rest_on_their_rows_of_a_
 
 def test_find_entry_remembers_and_builds_per_layout_offset_width_and_alignment(monkeypatch, tmp_path):
     built = []
-    monkeypatch.setattr(store, "get", lambda family, config, dtype, cc, root=None, layout="NN", offset_bits=32,
+    monkeypatch.setattr(cubins, "get", lambda family, config, dtype, cc, root=None, layout="NN", offset_bits=32,
                         unaligned="": built.append((family, layout, offset_bits, unaligned)) or "entry")
     gpu = autotune.backends.Device(H100, "9.0", 132)
-    assert calls.find_entry(gpu, 65536, 16, 65537, "float32", "NT")[2] == "entry"
-    calls.find_entry(gpu, 8, 8, 8, "float32", "TT")
-    calls.find_entry(gpu, 8, 8, 6, "float64", "NN")  # A's rows of 6 doubles: 48 bytes; B's of 8 doubles
-    calls.find_entry(gpu, 8, 7, 9, "float32", "NN")  # A's rows of 9 floats, B's and C's of 7
+    assert front.find_entry(gpu, 65536, 16, 65537, "float32", "NT")[2] == "entry"
+    front.find_entry(gpu, 8, 8, 8, "float32", "TT")
+    front.find_entry(gpu, 8, 8, 6, "float64", "NN")  # A's rows of 6 doubles: 48 bytes; B's of 8 doubles
+    front.find_entry(gpu, 8, 7, 9, "float32", "NN")  # A's rows of 9 floats, B's and C's of 7
     assert [(layout, bits, rows) for _, layout, bits, rows in built] == [
         ("NT", 64, "AB"), ("TT", 32, ""), ("NN", 32, ""), ("NN", 32, "ABC")]  # NT: A's rows of 65537, B's of 65537
-    assert store.recall(H100, "float32", (8, 8, 8), layout="TT") is not None
-    assert store.recall(H100, "float32", (8, 8, 8), layout="NN") is None
+    assert shapes.recall(H100, "float32", (8, 8, 8), layout="TT") is not None
+    assert shapes.recall(H100, "float32", (8, 8, 8), layout="NN") is None
 
 
 def test_store_keys_differ_by_layout_offset_bits_and_alignment():
     base = ("vector", {"bm": 64}, "float32", (9, 0), None)
-    keys = {store.entry_key(store.key_parts(*base, layout, bits, rows))
+    keys = {cubins.entry_key(cubins.key_parts(*base, layout, bits, rows))
             for layout in kernels.LAYOUTS for bits in (32, 64) for rows in ("", "A", "B", "AB", "ABC")}
     assert len(keys) == 40
-    assert store.key_parts(*base)["layout"] == "NN" and store.key_parts(*base)["offset_bits"] == 32
-    assert store.key_parts(*base)["unaligned"] == ""
-
-
-@pytest.mark.parametrize("layout", kernels.LAYOUTS)
-@pytest.mark.parametrize("dtype", kernels.DTYPES)
-@pytest.mark.parametrize("m,n,k", [(8, 8, 8), (9, 8, 8), (8, 9, 8), (8, 8, 9), (7, 6, 5), (1000, 1002, 1004),
-                                   (1, 2, 3)])
-def test_unaligned_rows_are_judged_alike_with_and_without_numba(m, n, k, dtype, layout):
-    assert unaligned_rows(m, n, k, layout, dtype) == kernels.unaligned_for(m, n, k, layout, dtype)
+    assert cubins.key_parts(*base)["layout"] == "NN" and cubins.key_parts(*base)["offset_bits"] == 32
+    assert cubins.key_parts(*base)["unaligned"] == ""
 
 
 def test_unaligned_rows_name_the_operands_whose_rows_miss_16_byte_multiples():
-    assert unaligned_rows(64, 64, 64, "NN", "float32") == ""
-    assert unaligned_rows(64, 64, 63, "NN", "float32") == "A"  # A: 64 x 63; B: 63 x 64
-    assert unaligned_rows(64, 63, 64, "NN", "float32") == "BC"  # B: 64 x 63; C: 64 x 63
-    assert unaligned_rows(64, 63, 64, "NT", "float32") == "C"  # B stored as 63 x 64
-    assert unaligned_rows(63, 64, 64, "TN", "float32") == "A"  # A stored as 64 x 63
-    assert unaligned_rows(64, 64, 63, "TT", "float32") == "B"  # B stored as 64 x 63
-    assert unaligned_rows(64, 64, 6, "NN", "float64") == "" and unaligned_rows(64, 64, 6, "NN", "float32") == "A"
-    assert unaligned_rows(64, 64, 3, "NN", "float64") == "A" and unaligned_rows(64, 64, 3, "NN", "int32") == "A"
+    assert unaligned_for(64, 64, 64, "NN", "float32") == ""
+    assert unaligned_for(64, 64, 63, "NN", "float32") == "A"  # A: 64 x 63; B: 63 x 64
+    assert unaligned_for(64, 63, 64, "NN", "float32") == "BC"  # B: 64 x 63; C: 64 x 63
+    assert unaligned_for(64, 63, 64, "NT", "float32") == "C"  # B stored as 63 x 64
+    assert unaligned_for(63, 64, 64, "TN", "float32") == "A"  # A stored as 64 x 63
+    assert unaligned_for(64, 64, 63, "TT", "float32") == "B"  # B stored as 64 x 63
+    assert unaligned_for(64, 64, 6, "NN", "float64") == "" and unaligned_for(64, 64, 6, "NN", "float32") == "A"
+    assert unaligned_for(64, 64, 3, "NN", "float64") == "A" and unaligned_for(64, 64, 3, "NN", "int32") == "A"
 
 
 # The cache, records and studies ------------------------------------------------------------
@@ -227,7 +224,7 @@ def test_records_carry_the_layout_and_rows_without_one_are_nn(tmp_path):
     with pytest.raises(RecordsError, match="layout is invalid \\('XY'\\)"):
         validate_records([row("XY")])
     out = tmp_path / "records.json"
-    autotune.records.promote([row(), row("TT", pad=1)], out=out)
+    autotune.store.records.promote([row(), row("TT", pad=1)], out=out)
     written = json.loads(out.read_text())
     assert ["layout" in r for r in written] == [False, True]  # NN rows stay as the shipped files have them
 
@@ -255,14 +252,14 @@ def test_a_changed_space_names_another_study(monkeypatch):
 @pytest.fixture
 def pretend_h100(monkeypatch):
     monkeypatch.setenv("MMTUNE_PRETEND_GPU", f"{H100};9.0;132")
-    monkeypatch.setattr(autotune.records, "measured_tables", lambda: [])  # rows alone decide here
-    runtime.clear()
+    monkeypatch.setattr(autotune.store.records, "measured_tables", lambda: [])  # rows alone decide here
+    memos.clear()
 
 
 def ship(monkeypatch, *rows):
-    monkeypatch.setattr(autotune.records, "shipped_rows", lambda device=None, dtype=None: [
+    monkeypatch.setattr(autotune.store.records, "shipped_rows", lambda device=None, dtype=None: [
         r for r in rows if device in (None, r["device"]) and dtype in (None, r["dtype"])])
-    runtime.clear()
+    memos.clear()
 
 
 def test_lookup_prefers_rows_of_the_layout_then_nn_rows(monkeypatch, pretend_h100):
@@ -307,8 +304,8 @@ def test_inputs_are_stored_as_the_layout_says_and_verified_against_the_logical_p
 
 
 def test_tune_a_layout_names_its_study_and_row_by_it():
-    from autotune.replay import Replay
-    from autotune.tuner import TuneRequest, TuneError, tune
+    from autotune.tune.replay import Replay
+    from autotune.tune.tuner import TuneRequest, TuneError, tune
 
     result = tune(TuneRequest(12, 10, 8, trials=3, families=["shared"], jobs=1, layout="TN"), Replay(default=7.0),
                   show_progress=False)
@@ -329,7 +326,7 @@ def test_matmul_reads_transposed_numba_views_in_place(layout, shape, rng):
     C = autotune.matmul(dA, dB).copy_to_host()
     assert relative_error(C, reference(A, B)) <= error_bound("float32", shape[2])
     np.testing.assert_allclose(C, A @ B, rtol=1e-5, atol=1e-5)
-    (plan,) = runtime._plans.values()
+    (plan,) = MEMOS.table("call.numba_plans").values()
     single = {"A": shape[0] == 1 or shape[2] == 1, "B": shape[2] == 1 or shape[1] == 1}
     expected = ("N" if single["A"] else layout[0]) + ("N" if single["B"] else layout[1])  # both layouts at once: N
     assert plan.layout == plan.kernel.layout == expected
@@ -339,7 +336,7 @@ def test_numpy_operands_of_any_layout_are_copied_for_the_nn_kernel(rng):
     A, B = random_inputs(6, 4, 5, "float32", rng, "TT")
     C = autotune.matmul(A, B)
     assert relative_error(C, reference(A, B)) <= error_bound("float32", 5)
-    assert {kernel.layout for kernel in runtime._kernels.values()} == {"NN"}
+    assert {kernel.layout for kernel in MEMOS.table("select.kernels").values()} == {"NN"}
 
 
 def test_a_transposed_out_is_refused():

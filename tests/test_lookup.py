@@ -7,10 +7,9 @@ import sqlite3
 import pytest
 
 import autotune
-import autotune.records
+import autotune.store.records
 import kernels
-from autotune import runtime
-from autotune.cache import Cache
+from autotune.store.cache import Cache
 from typer.testing import CliRunner
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -22,8 +21,8 @@ SHARED = {"tpb": 8, "pad": 0}
 def pretend_h100(monkeypatch):
     """An H100, and no shipped measured table unless a test ships one (tests/test_neighbours.py)."""
     monkeypatch.setenv("MMTUNE_PRETEND_GPU", f"{H100};9.0;132")
-    monkeypatch.setattr(autotune.records, "measured_tables", lambda: [])
-    runtime.clear()
+    monkeypatch.setattr(autotune.store.records, "measured_tables", lambda: [])
+    autotune.clear()
 
 
 def row(device=H200, cc="9.0", sm_count=132, shape=(256, 256, 256), gflops=100.0, pad=0, fresh=True):
@@ -34,15 +33,15 @@ def row(device=H200, cc="9.0", sm_count=132, shape=(256, 256, 256), gflops=100.0
 
 
 def ship(monkeypatch, *rows):
-    monkeypatch.setattr(autotune.records, "shipped_rows", lambda device=None, dtype=None: [
+    monkeypatch.setattr(autotune.store.records, "shipped_rows", lambda device=None, dtype=None: [
         r for r in rows if device in (None, r["device"]) and dtype in (None, r["dtype"])])
-    runtime.clear()
+    autotune.clear()
 
 
 def cache(*rows):
     for r in rows:
         Cache().record(r)
-    runtime.clear()
+    autotune.clear()
 
 
 def served(shape=(256, 256, 256)):
@@ -128,15 +127,15 @@ def test_an_older_cache_gains_the_sm_count_column_in_place(isolated_cache):
 
 def test_the_pretended_gpu_must_be_well_formed(monkeypatch):
     monkeypatch.setenv("MMTUNE_PRETEND_GPU", "H100")
-    runtime.clear()
+    autotune.clear()
     with pytest.raises(ValueError, match="MMTUNE_PRETEND_GPU must be 'NAME;CC;SMS'"):
         autotune.lookup(8, 8, 8)
 
 
 def test_stale_rows_of_this_gpu_are_retimed_into_the_cache(monkeypatch):
-    from autotune.replay import Replay, config_key
+    from autotune.tune.replay import Replay, config_key
 
-    from autotune.retime import retime_stale
+    from autotune.tune.retime import retime_stale
 
     shipped_stale = row(H100, shape=(64, 64, 64), pad=1, fresh=False)
     ship(monkeypatch, shipped_stale, row(H100, shape=(32, 32, 32)), row(H200, shape=(16, 16, 16), fresh=False))
@@ -147,7 +146,7 @@ def test_stale_rows_of_this_gpu_are_retimed_into_the_cache(monkeypatch):
     assert len(replay.calls) == 3
     assert sorted((r.old["m"], r.new["gflops"]) for r in done) == [(8, 3.0), (64, 3.0), (256, 7.0)]
     rows = {r["m"]: r for r in Cache().rows(H100)}
-    assert set(rows) == {8, 64, 256} and not any(autotune.cache.stale(r, kernels.source_hashes()) for r in rows.values())
+    assert set(rows) == {8, 64, 256} and not any(autotune.store.cache.stale(r, kernels.source_hashes()) for r in rows.values())
     assert rows[256]["gflops"] == 7.0 and rows[256]["sm_count"] == 132
     assert retime_stale(measurer=Replay(), dtype="float32") == []  # nothing stale is left for this GPU
 
@@ -159,7 +158,7 @@ def test_warm_retime_re_times_stale_rows_from_the_cli(monkeypatch):
     result = CliRunner().invoke(app, ["warm", "--retime", "--simulate"])
     assert result.exit_code == 0, result.output
     assert f"{H100} float32 8x8x8 shared: 100 -> " in result.stdout
-    assert not autotune.cache.stale(Cache().get(H100, "float32", 8, 8, 8), kernels.source_hashes())
+    assert not autotune.store.cache.stale(Cache().get(H100, "float32", 8, 8, 8), kernels.source_hashes())
 
 
 def test_lookup_for_another_gpu_of_the_host(monkeypatch):

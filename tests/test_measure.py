@@ -8,16 +8,8 @@ from numba import cuda, float32
 from conftest import ON_GPU
 
 import kernels
-from autotune.measure import (
-    cublas_gflops,
-    cublas_matmul,
-    error_bound,
-    measure,
-    random_inputs,
-    reference,
-    relative_error,
-    time_launches,
-    verify,
+from autotune.measure.measurement import (
+    cublas_gflops, cublas_matmul, error_bound, measure, random_inputs, reference, relative_error, time_launches, verify,
 )
 from kernels.base import Kernel
 

@@ -1,14 +1,15 @@
-"""The cost model for untuned shapes (autotune.model) and the deterministic mode, on made-up rows
+"""The cost model for untuned shapes (autotune.select.model) and the deterministic mode, on made-up rows
 whose times follow the model's own form, so its answers are known."""
 
 import numpy as np
 import pytest
 from numba import cuda
 
+from autotune import memos
 import autotune
-import autotune.records
+import autotune.store.records
 import kernels
-from autotune import model, runtime
+from autotune.select import model
 from autotune.backends import Device
 
 H200 = Device("NVIDIA H200", "9.0", 132)
@@ -95,13 +96,13 @@ def test_a_gemv_row_is_priced_and_not_picked_for_a_product_of_many_rows():
 @pytest.fixture
 def shipped(monkeypatch):
     monkeypatch.setenv("MMTUNE_PRETEND_GPU", "NVIDIA H200;9.0;132")
-    monkeypatch.setattr(autotune.records, "shipped_rows", lambda device=None, dtype=None: [
+    monkeypatch.setattr(autotune.store.records, "shipped_rows", lambda device=None, dtype=None: [
         r for r in ROWS + [timed({**THIN, "splits": 4}, (16, 2048, 8192), TAU["thin"], "splitk")]
         if dtype in (None, r["dtype"])])
-    monkeypatch.setattr(autotune.records, "measured_tables", lambda: [])  # the model's turn comes without one
-    runtime.clear()
+    monkeypatch.setattr(autotune.store.records, "measured_tables", lambda: [])  # the model's turn comes without one
+    memos.clear()
     yield
-    runtime.clear()
+    memos.clear()
 
 
 

@@ -1,15 +1,18 @@
-"""Shapes nobody tuned take the candidate their nearest measured shapes rate best (autotune.neighbours)."""
+"""Shapes nobody tuned take the candidate their nearest measured shapes rate best (autotune.select.neighbours)."""
 
 import math
 
 import pytest
 
+from autotune import memos
 import autotune
-import autotune.records
+import autotune.store.records
 import kernels
-from autotune import neighbours, records, runtime
-from autotune.records import measured_tables
-from autotune.space import STREAM_WORKERS, DeviceLimits, GpuLimits, fit_tile, infeasibility, wave_splits
+from autotune.select import neighbours
+from autotune.store import records
+from autotune.store.records import measured_tables
+from autotune.space.guesses import STREAM_WORKERS, fit_tile, wave_splits
+from autotune.space.configs import DeviceLimits, GpuLimits, infeasibility
 
 SMALL = {"bm": 64, "bn": 64, "bk": 16, "tm": 8, "tn": 4, "pad": 4, "stages": 3, "unroll": True, "fragments": 1,
          "wide_fetch": True, "async_copy": True, "min_blocks": 1}
@@ -110,10 +113,10 @@ def test_the_shipped_table_is_usable_and_its_picks_hold_up_leaving_each_shape_ou
 def pretend(monkeypatch):
     def to_be(gpu: str):
         monkeypatch.setenv("MMTUNE_PRETEND_GPU", gpu)
-        runtime.clear()
+        memos.clear()
 
     yield to_be
-    runtime.clear()
+    memos.clear()
 
 
 def test_lookup_serves_the_measured_pick_to_shapes_without_an_exact_row(pretend):
@@ -150,7 +153,7 @@ def test_a_gpu_of_another_architecture_gets_the_table_within_the_instructions_it
 def test_rows_of_the_gpus_own_architecture_come_before_another_architectures_table(pretend, monkeypatch):
     row = dict(device="NVIDIA A100-SXM4-80GB", cc="8.0", sm_count=108, dtype="float32", m=1024, n=1024, k=1024,
                family="shared", params={"tpb": 16, "pad": 1}, gflops=9000.0, source_hash=kernels.source_hash("shared"))
-    monkeypatch.setattr(autotune.records, "shipped_rows", lambda device=None, dtype=None: [row])
+    monkeypatch.setattr(autotune.store.records, "shipped_rows", lambda device=None, dtype=None: [row])
     pretend("NVIDIA A100-SXM4-80GB;8.0;108")
     assert autotune.lookup(1024, 1024, 1024).source == "exact"
     assert autotune.lookup(1000, 1000, 1000).family == "shared"  # its own row, nearest or by the model

@@ -13,11 +13,13 @@ import numpy as np
 import pytest
 from conftest import ON_GPU
 
-from autotune import lookup, peers
-from autotune.bench import parse_shapes
-from autotune.records import shipped_rows, suites
-from autotune.measure import error_bound, reference
-from autotune.peers import Operands, Peer, bench_peers, category, checked_rows, geomeans, seeded_shapes, summary
+from autotune import lookup
+from autotune.bench import peers
+from autotune.bench import report
+from autotune.bench.suite import parse_shapes
+from autotune.store.records import shipped_rows, suites
+from autotune.measure.measurement import error_bound, reference
+from autotune.bench.peers import Operands, Peer, bench_peers, category, checked_rows, geomeans, seeded_shapes, summary
 
 SUITES = suites()
 
@@ -171,7 +173,7 @@ def test_a_peer_that_fails_or_is_wrong_is_reported_and_not_timed(monkeypatch):
     assert r["cublas_error"] > 0.1 and r["cublas_kernel_gflops"] is None and r["triton_first_call_s"] is None
     assert r["mmtune_kernel_gflops"] > 0 and r["vs_cublas"] is None and result["worst_vs_cublas"] is None
     assert result["call_overhead_us"]["cublas"] is None and result["call_overhead_us"]["mmtune"] is not None
-    assert "Failed: Triton at 12x13x14: RuntimeError: no kernel image" in peers.markdown(result)
+    assert "Failed: Triton at 12x13x14: RuntimeError: no kernel image" in report.markdown(result)
 
 
 def test_the_goals_report_names_shapes_below_the_floor(monkeypatch):
@@ -189,7 +191,7 @@ def test_the_triton_kernel_in_triton_s_interpreter():
     pytest.importorskip("torch")
     child = """
 import torch, triton
-from autotune import triton_peer
+from autotune.bench import triton_peer
 for bm, bn, bk, stages, warps in sorted({c[:3] + (0, 0) for c in triton_peer.CONFIGS}):
     m, n, k = 2 * bm + 3, bn + 5, 2 * bk + 7
     A, B, C = torch.randn(m, k), torch.randn(k, n), torch.full((m, n), float("nan"))

@@ -10,14 +10,17 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from autotune.errors import PrecisionError
+from autotune import memos
 import autotune
-import autotune.records
+import autotune.store.records
 import kernels
-from autotune import precision, runtime, store
-from autotune.cache import Cache, RecordsError, validate_records
+from autotune.space import precision
+from autotune.store import shapes
+from autotune.store.cache import Cache, RecordsError, validate_records
 from autotune.cli import app
-from autotune.study import study_name
-from autotune.tuner import TuneError, TuneRequest
+from autotune.tune.study import study_name
+from autotune.tune.tuner import TuneError, TuneRequest
 
 H200 = "NVIDIA H200"
 # small tiles in the families' spaces, so that lookup serves them and the simulator runs them fast
@@ -29,11 +32,11 @@ VECTOR = {**kernels.family("vector").default, "bm": 32, "bn": 16, "tm": 4, "tn":
 @pytest.fixture(autouse=True)
 def pretend_h200(monkeypatch):
     monkeypatch.setenv("MMTUNE_PRETEND_GPU", f"{H200};9.0;132")
-    monkeypatch.setattr(autotune.records, "measured_tables", lambda: [])
-    monkeypatch.setattr(autotune.records, "shipped_rows", lambda device=None, dtype=None: [])
-    runtime.clear()
+    monkeypatch.setattr(autotune.store.records, "measured_tables", lambda: [])
+    monkeypatch.setattr(autotune.store.records, "shipped_rows", lambda device=None, dtype=None: [])
+    memos.clear()
     yield
-    runtime.clear()
+    memos.clear()
 
 
 def row(family: str, params: dict, gflops: float, shape=(32, 16, 24), **fields) -> dict:
@@ -44,7 +47,7 @@ def row(family: str, params: dict, gflops: float, shape=(32, 16, 24), **fields) 
 
 def test_precisions_are_checked_in_any_case():
     assert precision.check("TF32x3") == "tf32x3" and precision.check("IEEE") == "ieee"
-    with pytest.raises(precision.PrecisionError, match="unknown precision 'fp16'; known: ieee, tf32x3"):
+    with pytest.raises(PrecisionError, match="unknown precision 'fp16'; known: ieee, tf32x3"):
         precision.check("fp16")
     assert precision.resolve(None, "float32", "9.0") == "ieee"  # until tf32x3 holds subnormals as IEEE does
     assert precision.allows("tf32x3", "ieee") and not precision.allows("ieee", "tf32x3")
@@ -53,19 +56,19 @@ def test_precisions_are_checked_in_any_case():
 def test_an_ieee_lookup_never_serves_a_tensor_core_row_and_tf32x3_takes_the_faster():
     Cache().record(row("tf32x3", TF32X3, 900.0))
     Cache().record(row("vector", VECTOR, 500.0))
-    runtime.clear()
+    memos.clear()
     assert autotune.lookup(32, 16, 24).family == "vector"
     faster = autotune.lookup(32, 16, 24, precision="tf32x3")
     assert (faster.family, faster.precision, faster.source) == ("tf32x3", "tf32x3", "exact")
     Cache().record(row("vector", VECTOR, 1000.0))
-    runtime.clear()
+    memos.clear()
     assert autotune.lookup(32, 16, 24, precision="tf32x3").family == "vector"
     assert {(r["family"], r["precision"]) for r in Cache().rows()} == {("tf32x3", "tf32x3"), ("vector", "ieee")}
 
 
 def test_no_ieee_row_at_the_shape_means_a_fallback_not_the_tensor_cores():
     Cache().record(row("tf32x3", TF32X3, 900.0))
-    runtime.clear()
+    memos.clear()
     choice = autotune.lookup(32, 16, 24)
     assert choice.family != "tf32x3" and choice.source != "exact" and choice.precision == "ieee"
 
@@ -87,7 +90,7 @@ def test_a_cache_of_an_older_mmtune_reads_its_rows_as_their_family_computes(isol
 
 def test_records_without_a_precision_are_their_familys_and_a_wrong_one_is_refused():
     rows = [row(family, params, 1.0) for family, params in (("tf32x3", TF32X3), ("vector", VECTOR))]
-    assert [autotune.cache.decode(r)["precision"] for r in validate_records(rows)] == ["tf32x3", "ieee"]
+    assert [autotune.store.cache.decode(r)["precision"] for r in validate_records(rows)] == ["tf32x3", "ieee"]
     with pytest.raises(RecordsError, match="row 0: precision is invalid \\('tf32'\\)"):
         validate_records([{**rows[0], "precision": "tf32"}])
 
@@ -95,7 +98,7 @@ def test_records_without_a_precision_are_their_familys_and_a_wrong_one_is_refuse
 def test_the_simulator_gives_ieee_answers_through_tf32x3_as_a_user_would_meet_it():
     """The issue's reproduction: a tf32x3 row for a small shape, then matmul with Inf in A."""
     Cache().record(row("tf32x3", TF32X3, 900.0))
-    runtime.clear()
+    memos.clear()
     rng = np.random.default_rng(5)
     A, B = rng.uniform(0.5, 1.5, (32, 24)).astype(np.float32), rng.uniform(0.5, 1.5, (24, 16)).astype(np.float32)
     A[1, 2], A[3, 4], A[5, 6] = math.inf, -math.inf, math.nan
@@ -120,7 +123,7 @@ def test_a_tune_searches_the_families_its_precision_allows_and_names_its_study_s
 
 
 def test_the_fleet_reads_study_names_of_a_precision():
-    from autotune.fleet import parse_study_name
+    from autotune.tune.fleet import parse_study_name
 
     name = study_name(H200, "float32", 8, 9, 10, "TN", "ieee")
     assert parse_study_name(name) == (H200, "float32", (8, 9, 10), "TN")
@@ -130,11 +133,11 @@ def test_the_fleet_reads_study_names_of_a_precision():
 
 def test_the_kernel_store_remembers_each_precisions_choice(tmp_path):
     ieee, tensor = row("vector", VECTOR, 500.0), row("tf32x3", TF32X3, 900.0, precision="tf32x3")
-    store.remember_preferred([ieee, tensor], tmp_path)
-    assert store.recall(H200, "float32", (32, 16, 24), tmp_path, precision="ieee") == ("vector", VECTOR)
-    assert store.recall(H200, "float32", (32, 16, 24), tmp_path, precision="tf32x3") == ("tf32x3", TF32X3)
-    store.remember_preferred([tensor], tmp_path / "other")
-    assert store.recall(H200, "float32", (32, 16, 24), tmp_path / "other", precision="ieee") is None
+    shapes.remember_preferred([ieee, tensor], tmp_path)
+    assert shapes.recall(H200, "float32", (32, 16, 24), tmp_path, precision="ieee") == ("vector", VECTOR)
+    assert shapes.recall(H200, "float32", (32, 16, 24), tmp_path, precision="tf32x3") == ("tf32x3", TF32X3)
+    shapes.remember_preferred([tensor], tmp_path / "other")
+    assert shapes.recall(H200, "float32", (32, 16, 24), tmp_path / "other", precision="ieee") is None
 
 
 def invoke(*args):

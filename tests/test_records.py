@@ -6,12 +6,12 @@ from importlib import resources
 import pytest
 from typer.testing import CliRunner
 
-import autotune.records
+import autotune.store.records
 import kernels
-from autotune.bench import parse_shapes
-from autotune.cache import Cache
+from autotune.bench.suite import parse_shapes
+from autotune.store.cache import Cache
 from autotune.cli import app
-from autotune.records import shipped_rows, slug, suites
+from autotune.store.records import shipped_rows, slug, suites
 
 ROW = dict(device="NVIDIA H200", dtype="float32", m=1024, n=1024, k=1024, family="shared",
            params={"tpb": 16, "pad": 1}, gflops=100.0)
@@ -45,8 +45,8 @@ def test_every_shipped_record_was_measured_on_todays_kernels():
 def test_a_familys_source_hash_covers_the_modules_it_imports_names_from():
     from kernels import dmma, tf32x3, warp_mma
 
-    assert warp_mma in kernels._modules_used(dmma)
-    assert {dmma, warp_mma} <= set(kernels._modules_used(tf32x3))
+    assert warp_mma in kernels.registry._modules_used(dmma)
+    assert {dmma, warp_mma} <= set(kernels.registry._modules_used(tf32x3))
 
 
 def test_the_suites_are_package_data():
@@ -67,7 +67,7 @@ def checkout(tmp_path, monkeypatch):
     records.mkdir(parents=True)
     (root / "pyproject.toml").write_text("[project]\nname = 'mmtune'\n")
     (records / "nvidia-h200.json").write_text(json.dumps([ROW, {**ROW, "m": 512}]))
-    monkeypatch.setattr(autotune.records, "DATA", root / "autotune" / "data")
+    monkeypatch.setattr(autotune.store.records, "DATA", root / "autotune" / "data")
     return records
 
 
@@ -108,7 +108,7 @@ def test_the_shipped_file_is_already_in_promotes_order(tmp_path):
     shipped = resources.files("autotune").joinpath("data/records/nvidia-h200.json")
     copy = tmp_path / "copy.json"
     copy.write_text(shipped.read_text())
-    (promotion,) = autotune.records.promote(shipped_rows("NVIDIA H200"), out=copy)
+    (promotion,) = autotune.store.records.promote(shipped_rows("NVIDIA H200"), out=copy)
     assert (promotion.added, promotion.replaced) == (0, 0) and copy.read_text() == shipped.read_text()
 
 

@@ -8,23 +8,25 @@ from sampled import property_configs
 
 import kernels
 
+from autotune import memos
+from autotune.memos import MEMOS
 import autotune
-import autotune.cache
-import autotune.records
-from autotune import runtime
+import autotune.store.cache
+import autotune.store.records
+from autotune.select import lookup
 from autotune.backends.simulator import PRETEND_ENV
-from autotune.cache import Cache
-from autotune.measure import error_bound, random_inputs, reference, relative_error
-from autotune.operands import OperandError
+from autotune.store.cache import Cache
+from autotune.measure.measurement import error_bound, random_inputs, reference, relative_error
+from autotune.errors import OperandError
 
-DEVICE = runtime._device()
+DEVICE = lookup._device()
 SMALL = {"bm": 16, "bn": 32, "bk": 8, "tm": 2, "tn": 4, "pad": 1, "mapping": "strided", "prefetch": True}
 
 
 def tuned(m, n, k, dtype="float32", family="register", params=SMALL, gflops=1.0):
     Cache().record(dict(device=DEVICE, dtype=dtype, m=m, n=n, k=k, family=family, params=params, gflops=gflops,
                         source_hash=kernels.source_hash(family)))
-    runtime.clear()
+    memos.clear()
 
 
 def check(C, A, B):
@@ -56,7 +58,7 @@ def test_lookup_is_memoized_until_cleared():
 def test_shipped_records_are_the_fallback(monkeypatch):
     record = dict(device=DEVICE, dtype="float32", m=64, n=64, k=64, family="shared", params={"tpb": 8, "pad": 0},
                   gflops=9.0, source_hash=kernels.source_hash("shared"))
-    monkeypatch.setattr(autotune.records, "shipped_rows", lambda device=None, dtype=None: [record])
+    monkeypatch.setattr(autotune.store.records, "shipped_rows", lambda device=None, dtype=None: [record])
     choice = autotune.lookup(64, 64, 32)
     assert (choice.source, choice.origin, choice.family, choice.gflops) == ("nearest", "shipped", "shared", 9.0)
     tuned(64, 64, 32)
@@ -85,7 +87,7 @@ def test_the_last_few_rows_are_a_product_of_their_own(monkeypatch, rng):
     check(autotune.matmul(A, B), A, B)
     dA, dB = cuda.to_device(A), cuda.to_device(B)
     check(autotune.matmul(dA, dB).copy_to_host(), A, B)
-    (plan,) = runtime._plans.values()
+    (plan,) = MEMOS.table("call.numba_plans").values()
     assert [(first, rows, kernel.tile) for first, rows, kernel, _ in plan.parts] == [(0, 64, (64, 16)), (64, 1, (1, 64))]
     assert autotune.lookup(65, 24, 20, layout="TN").peel == 0  # A's rows are columns in memory
     check(autotune.matmul(cuda.to_device(np.ascontiguousarray(A.T)).T, dB).copy_to_host(), A, B)
@@ -98,7 +100,7 @@ def test_matmul_numpy_in_numpy_out_after_tuning(dtype, rng):
     C = autotune.matmul(A, B)
     assert isinstance(C, np.ndarray) and C.dtype == A.dtype
     check(C, A, B)
-    assert runtime.kernel_for(autotune.lookup(19, 23, 17, dtype), dtype, (19, 23, 17)).config == SMALL
+    assert lookup.kernel_for(autotune.lookup(19, 23, 17, dtype), dtype, (19, 23, 17)).config == SMALL
 
 
 def test_matmul_device_arrays_stay_on_the_device(rng):
@@ -132,9 +134,9 @@ def test_kernels_are_built_once(rng):
     tuned(9, 11, 13)
     A, B = random_inputs(9, 11, 13, "float32", rng)
     autotune.matmul(A, B)
-    kernel = runtime.kernel_for(autotune.lookup(9, 11, 13), "float32", (9, 11, 13))
+    kernel = lookup.kernel_for(autotune.lookup(9, 11, 13), "float32", (9, 11, 13))
     autotune.matmul(A, B)
-    assert runtime.kernel_for(autotune.lookup(9, 11, 13), "float32", (9, 11, 13)) is kernel
+    assert lookup.kernel_for(autotune.lookup(9, 11, 13), "float32", (9, 11, 13)) is kernel
 
 
 @pytest.mark.parametrize(

@@ -3,11 +3,12 @@
 import optuna
 
 import kernels
-from autotune.cache import Cache
-from autotune.replay import Replay, config_key
-from autotune.samplers import ClimbSampler, neighbours
-from autotune.space import DeviceLimits, config_of, feasible_configs, suggest, trial_params
-from autotune.tuner import TuneRequest, tune
+from autotune.store.cache import Cache
+from autotune.tune.replay import Replay, config_key
+from autotune.tune.samplers import ClimbSampler, neighbours
+from autotune.space.configs import DeviceLimits, feasible_configs
+from autotune.space.encoding import config_of, suggest, trial_params
+from autotune.tune.tuner import TuneRequest, tune
 
 SHAPE = (96, 80, 64)
 

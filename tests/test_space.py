@@ -4,29 +4,16 @@ import optuna
 import pytest
 
 import kernels
-from autotune.space import (
-    DMMA_TILE,
-    FEW_ROWS_TILE,
-    GEMV_TILES,
-    SMALL_K_TILE,
-    STREAM_WORKERS,
-    TF32X3_TILE,
-    DeviceLimits,
-    GpuLimits,
-    default_config,
-    families_for,
-    feasible_configs,
-    few_rows_guess,
-    small_k_guess,
-    infeasibility,
-    fit_tile,
-    policy_splits,
-    sample_configs,
-    shape_guesses,
-    stream_twin,
-    suggest,
-    trial_params,
+from autotune.space.guesses import (
+    FEW_ROWS_TILE, SMALL_K_TILE, STREAM_WORKERS, few_rows_guess, small_k_guess, fit_tile, policy_splits, shape_guesses, stream_twin,
 )
+from kernels.dmma import FIRST_TILE as DMMA_TILE
+from kernels.gemv import FEW_ROWS_TILES as GEMV_TILES
+from kernels.tf32x3 import FIRST_TILE as TF32X3_TILE
+from autotune.space.configs import (
+    DeviceLimits, GpuLimits, default_config, families_for, feasible_configs, infeasibility, sample_configs,
+)
+from autotune.space.encoding import suggest, trial_params
 from kernels import dmma
 from kernels.base import Config
 from kernels.resources import parse_report

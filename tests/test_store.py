@@ -10,7 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 import kernels
-from autotune import records, store
+from autotune.store import records
+from autotune.store import cubins
+from autotune.store import shapes
+from autotune.store import warm
 from autotune.cli import app
 
 
@@ -26,35 +29,35 @@ def fake_entry(parts, cubin=b"\x7fELF fake"):
     header = {"parts": parts, "entry": "_Z4name", "block": [16, 16], "tile": [16, 16], "splits": 1,
               "launch_bounds": [256], "dynamic_shared": 0, "static_shared": 0, "registers": 32,
               "cubin_sha256": hashlib.sha256(cubin).hexdigest()}
-    return store.Entry(store.entry_key(parts), header, cubin)
+    return cubins.Entry(cubins.entry_key(parts), header, cubin)
 
 
 def test_the_key_changes_with_everything_that_changes_the_binary(root, tmp_path, monkeypatch):
     sources = tmp_path / "src"
     sources.mkdir()
     (sources / "base.py").write_text("x = 1\n")
-    monkeypatch.setattr(store, "kernel_sources", lambda: sorted(sources.glob("*.py")))
+    monkeypatch.setattr(cubins, "kernel_sources", lambda: sorted(sources.glob("*.py")))
     base = ("vector", {"bm": 64, "bn": 64}, "float32", (9, 0))
-    key = store.entry_key(store.key_parts(*base))
-    assert store.entry_key(store.key_parts("vector", {"bn": 64, "bm": 64}, "float32", (9, 0))) == key  # canonical
+    key = cubins.entry_key(cubins.key_parts(*base))
+    assert cubins.entry_key(cubins.key_parts("vector", {"bn": 64, "bm": 64}, "float32", (9, 0))) == key  # canonical
     changed = [
         ("splitk", {"bm": 64, "bn": 64}, "float32", (9, 0)),
         ("vector", {"bm": 128, "bn": 64}, "float32", (9, 0)),
         ("vector", {"bm": 64, "bn": 64}, "float64", (9, 0)),
         ("vector", {"bm": 64, "bn": 64}, "float32", (8, 0)),
     ]
-    keys = {store.entry_key(store.key_parts(*c)) for c in changed}
+    keys = {cubins.entry_key(cubins.key_parts(*c)) for c in changed}
     assert len(keys) == 4 and key not in keys
-    monkeypatch.setattr(store, "toolchain", lambda: {"numba_cuda": "0.31", "nvvm": "13.5", "nvjitlink": "13.5"})
-    assert store.entry_key(store.key_parts(*base)) != key
+    monkeypatch.setattr(cubins, "toolchain", lambda: {"numba_cuda": "0.31", "nvvm": "13.5", "nvjitlink": "13.5"})
+    assert cubins.entry_key(cubins.key_parts(*base)) != key
     monkeypatch.undo()
     monkeypatch.setenv("MMTUNE_KERNELS", str(root))
-    monkeypatch.setattr(store, "kernel_sources", lambda: sorted(sources.glob("*.py")))
-    assert store.entry_key(store.key_parts(*base)) == key
+    monkeypatch.setattr(cubins, "kernel_sources", lambda: sorted(sources.glob("*.py")))
+    assert cubins.entry_key(cubins.key_parts(*base)) == key
     (sources / "base.py").write_text("x = 2\n")  # a kernel source changed: another binary
-    assert store.entry_key(store.key_parts(*base)) != key
+    assert cubins.entry_key(cubins.key_parts(*base)) != key
     for part in ("offset_bits", "unaligned", "layout", "arch", "source", "numba_cuda", "nvvm", "nvjitlink"):
-        assert part in store.key_parts(*base)
+        assert part in cubins.key_parts(*base)
 
 
 def test_sources_are_hashed_only_when_they_change(root, tmp_path, monkeypatch):
@@ -62,73 +65,75 @@ def test_sources_are_hashed_only_when_they_change(root, tmp_path, monkeypatch):
     sources.mkdir()
     path = sources / "a.py"
     path.write_text("a = 1\n")
-    monkeypatch.setattr(store, "kernel_sources", lambda: [path])
-    first = store.source_hash()
+    monkeypatch.setattr(cubins, "kernel_sources", lambda: [path])
+    first = cubins.source_hash()
     reads = []
     original = Path.read_bytes
     monkeypatch.setattr(Path, "read_bytes", lambda self: reads.append(self) or original(self))
-    assert store.source_hash() == first and reads == []
+    assert cubins.source_hash() == first and reads == []
     path.write_text("a = 22\n")
-    assert store.source_hash() != first and reads == [path]
+    assert cubins.source_hash() != first and reads == [path]
 
 
 def test_entries_round_trip_and_damaged_or_foreign_ones_read_as_missing(root):
-    parts = store.key_parts("naive", {"block": 16}, "float32", (9, 0))
+    parts = cubins.key_parts("naive", {"block": 16}, "float32", (9, 0))
     entry = fake_entry(parts)
-    path = store.write(entry)
-    assert store.read(parts) == entry
+    path = cubins.write(entry)
+    assert cubins.read(parts) == entry
     assert [p.name for p in root.iterdir() if p.name.startswith(".")] == []  # no temporary left
     data = path.read_bytes()
     path.write_bytes(data[:-3])  # truncated
-    assert store.read(parts) is None
+    assert cubins.read(parts) is None
     path.write_bytes(b"garbage")
-    assert store.read(parts) is None
-    other = store.key_parts("naive", {"block": 32}, "float32", (9, 0))
-    path.write_bytes(store.encode(fake_entry(other)))  # another key's entry under this name
-    assert store.read(parts) is None
+    assert cubins.read(parts) is None
+    other = cubins.key_parts("naive", {"block": 32}, "float32", (9, 0))
+    path.write_bytes(cubins.encode(fake_entry(other)))  # another key's entry under this name
+    assert cubins.read(parts) is None
 
 
 def test_a_damaged_entry_is_rebuilt(root, monkeypatch):
-    parts = store.key_parts("naive", {"block": 16}, "float32", (9, 0))
+    parts = cubins.key_parts("naive", {"block": 16}, "float32", (9, 0))
     built = []
-    monkeypatch.setattr(store, "build", lambda *args: built.append(args) or fake_entry(parts))
-    store.path_of(store.entry_key(parts)).parent.mkdir(parents=True, exist_ok=True)
-    store.path_of(store.entry_key(parts)).write_bytes(store.MAGIC + b"\0\0\0\5{bad")
-    assert store.get("naive", {"block": 16}, "float32", (9, 0)).cubin == b"\x7fELF fake"
-    assert store.get("naive", {"block": 16}, "float32", (9, 0)).cubin == b"\x7fELF fake"
+    monkeypatch.setattr(cubins, "build", lambda *args: built.append(args) or fake_entry(parts))
+    cubins.path_of(cubins.entry_key(parts)).parent.mkdir(parents=True, exist_ok=True)
+    cubins.path_of(cubins.entry_key(parts)).write_bytes(cubins.MAGIC + b"\0\0\0\5{bad")
+    assert cubins.get("naive", {"block": 16}, "float32", (9, 0)).cubin == b"\x7fELF fake"
+    assert cubins.get("naive", {"block": 16}, "float32", (9, 0)).cubin == b"\x7fELF fake"
     assert len(built) == 1
 
 
 def test_a_failed_write_leaves_the_old_entry(root, monkeypatch):
-    parts = store.key_parts("naive", {"block": 16}, "float32", (9, 0))
-    store.write(fake_entry(parts, b"old"))
+    parts = cubins.key_parts("naive", {"block": 16}, "float32", (9, 0))
+    cubins.write(fake_entry(parts, b"old"))
 
     def interrupted(source, target):
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", interrupted)
     with pytest.raises(OSError):
-        store.write(fake_entry(parts, b"new"))
-    assert store.read(parts).cubin == b"old"
+        cubins.write(fake_entry(parts, b"new"))
+    assert cubins.read(parts).cubin == b"old"
     assert [p.name for p in root.iterdir() if p.name.startswith(".")] == []
 
 
 def test_a_remembered_shape_is_forgotten_when_the_cache_changes(root, isolated_cache):
-    store.remember("NVIDIA H200", "float32", (64, 64, 64), "vector", {"bm": 64})
-    assert store.recall("NVIDIA H200", "float32", (64, 64, 64)) == ("vector", {"bm": 64})
-    assert store.recall("NVIDIA H100", "float32", (64, 64, 64)) is None
+    shapes.remember("NVIDIA H200", "float32", (64, 64, 64), "vector", {"bm": 64})
+    assert shapes.recall("NVIDIA H200", "float32", (64, 64, 64)) == ("vector", {"bm": 64})
+    assert shapes.recall("NVIDIA H100", "float32", (64, 64, 64)) is None
     isolated_cache.parent.mkdir(parents=True, exist_ok=True)
     isolated_cache.write_bytes(b"a new cache")
-    assert store.recall("NVIDIA H200", "float32", (64, 64, 64)) is None
+    assert shapes.recall("NVIDIA H200", "float32", (64, 64, 64)) is None
 
 
 BUILD = """
 import json, sys
-from autotune import store
+from autotune.store import cubins
+from autotune.store import shapes
+from autotune.store import warm
 import kernels
 family, config = "splitk", kernels.family("splitk").default
-entry = store.get(family, config, "float32", (9, 0))
-store.remember("NVIDIA H200", "float32", (96, 80, 64), family, config)
+entry = cubins.get(family, config, "float32", (9, 0))
+shapes.remember("NVIDIA H200", "float32", (96, 80, 64), family, config)
 from kernels.resources import ptx
 divides = "div.s64" in ptx(kernels.build(family, config, "float32"), (9, 0))
 helpers = b".text.__cuda_sm20_div_s64" in entry.cubin
@@ -137,9 +142,10 @@ print(json.dumps({"key": entry.key, "header": entry.header, "elf": entry.cubin[:
 """
 LOAD = """
 import json, sys
-from autotune import backends, calls
-family, config, entry = calls.find_entry(backends.Device("NVIDIA H200", "9.0", 132), 96, 80, 64, "float32")
-loaded = [m for m in sys.modules if m == "numba" or m.startswith(("numba.", "kernels"))]
+from autotune import backends
+from autotune.call import front
+family, config, entry = front.find_entry(backends.Device("NVIDIA H200", "9.0", 132), 96, 80, 64, "float32")
+loaded = [m for m in sys.modules if m == "numba" or m.startswith(("numba.", "kernels.")) and m != "kernels.rules"]
 print(json.dumps({"key": entry.key, "family": family, "loaded": loaded}))
 """
 
@@ -165,7 +171,7 @@ def test_a_stored_kernel_loads_in_a_fresh_process_without_numba(root):
 
 def test_warm_takes_the_architectures_rows_as_lookup_prefers_them(root, monkeypatch):
     """Of a shipped and a cached row for one GPU and shape, the current one, else the faster."""
-    from autotune import cache
+    from autotune.store import cache
 
     current = kernels.source_hash("vector")
     shipped = {"device": "NVIDIA H200", "dtype": "float32", "m": 8, "n": 8, "k": 8, "family": "vector",
@@ -175,12 +181,12 @@ def test_warm_takes_the_architectures_rows_as_lookup_prefers_them(root, monkeypa
     monkeypatch.setattr(records, "shipped_rows", lambda device, dtype: [shipped, other])
     monkeypatch.setattr(cache.Cache, "rows", lambda self, *a, **k: [cached])
     kept = []
-    monkeypatch.setattr(store, "keep", lambda row, root=None, rivals=(): kept.append(row["params"]) or fake_entry({}))
-    results = store.warm((9, 0))
+    monkeypatch.setattr(warm, "keep", lambda row, root=None, rivals=(): kept.append(row["params"]) or fake_entry({}))
+    results = warm.warm((9, 0))
     assert kept == [{"from": "cache"}] and [r.error for r in results] == [None]
     kept.clear()
     monkeypatch.setattr(cache.Cache, "rows", lambda self, *a, **k: [dict(cached, source_hash="older", gflops=9.0)])
-    store.warm((9, 0))
+    warm.warm((9, 0))
     assert kept == [{"from": "shipped"}]
 
 

@@ -1,7 +1,7 @@
 import csv
 import json
 
-from autotune.sweep import CSV_FIELDS, elements_config, size_table, sweep
+from autotune.bench.sweep import CSV_FIELDS, elements_config, size_table, sweep
 
 
 def test_elements_config_is_the_seeds_ilp_layout():

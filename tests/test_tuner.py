@@ -6,20 +6,29 @@ import optuna
 import pytest
 
 import kernels
-from autotune.cache import Cache
-from autotune.replay import Replay, config_key
-from autotune.space import FAMILY_NAMES, DeviceLimits, GpuLimits, few_rows_guess, shape_guesses, small_k_guess, stream_twin
-from autotune.finalists import FINAL_LAUNCHES, FINALISTS
-import autotune.records
-import autotune.study
-from autotune import neighbours
-from autotune.study import MEASURED_GUESSES, measured_guesses, study_name, warm_start
+from autotune.store.cache import Cache
+from autotune.tune.replay import Replay, config_key
+from autotune.space.configs import FAMILY_NAMES, DeviceLimits, GpuLimits
+from autotune.space.guesses import few_rows_guess, shape_guesses, small_k_guess, stream_twin
+from autotune.tune.finalists import FINAL_LAUNCHES, FINALISTS
+import autotune.store.records
+import autotune.tune.study
+import autotune.tune.tuner
+from autotune.select import neighbours
+from autotune.tune.study import MEASURED_GUESSES, measured_guesses, study_name, warm_start
 from kernels.base import Config
-from autotune.tuner import TuneError, TuneRequest, tune
+from autotune.tune.tuner import TuneError, TuneRequest, tune
 
 SHAPE = (96, 80, 64)
 REG = kernels.family("register").default
 FAST = {**REG, "bm": 32, "bn": 32, "tm": 2, "tn": 2}
+
+
+@pytest.fixture(autouse=True)
+def roomy_host(monkeypatch):
+    """Memory for two workers whatever else the machine runs: tests of --jobs 2 test the workers, not
+    the host (tests/test_bad_input.py tests the refusal)."""
+    monkeypatch.setattr(autotune.tune.tuner, "available_memory", lambda: 64 * 2**30)
 
 
 def run(replay, trials=8, **options):
@@ -153,7 +162,7 @@ def test_a_gpu_model_without_rows_warm_starts_from_its_architectures_records(mon
     h200 = dict(device="NVIDIA H200", cc="9.0", sm_count=132, dtype="float32", m=100, n=80, k=64, family="register",
                 params=FAST, gflops=1.0)
     a100 = dict(h200, device="NVIDIA A100", cc="8.0", params={**REG, "bm": 64, "tm": 4})
-    monkeypatch.setattr(autotune.study, "shipped_rows", lambda device=None, dtype=None: [
+    monkeypatch.setattr(autotune.tune.study, "shipped_rows", lambda device=None, dtype=None: [
         r for r in (h200, a100) if device in (None, r["device"])])
     configs = warm_start(Cache(), "NVIDIA H100 80GB HBM3", "float32", (100, 80, 64), ["register"], DeviceLimits(),
                          cc="9.0")
@@ -164,10 +173,10 @@ def test_a_gpu_model_without_rows_warm_starts_from_its_architectures_records(mon
 
 def test_an_untuned_shape_warm_starts_from_the_measured_tables_best_candidates():
     """After the shape rule's guesses come the picks lookup would rank first for the shape, from
-    the table of the GPU model, else of its architecture (autotune.neighbours)."""
+    the table of the GPU model, else of its architecture (autotune.select.neighbours)."""
     limits = DeviceLimits.for_cc("9.0")
     shape = (1000, 1000, 1000)
-    (table,) = [t for t in autotune.records.measured_tables() if t["device"] == "NVIDIA H200"]
+    (table,) = [t for t in autotune.store.records.measured_tables() if t["device"] == "NVIDIA H200"]
     ranked = [Config.of(p.family, p.config) for p in neighbours.ranked(table, *shape, 132, count=MEASURED_GUESSES)]
     configs = warm_start(Cache(), "NVIDIA H100 80GB HBM3", "float32", shape, ["vector", "splitk", "streamk"], limits,
                          132, "9.0")
@@ -218,6 +227,8 @@ def test_gp_without_torch_says_so():
         (dict(dtype="float16"), "unsupported dtype 'float16'"),
         (dict(families=["tensor"]), "unknown kernel family 'tensor'"),
         (dict(trials=0), "--trials must be at least 1"),
+        (dict(timeout=0), "--timeout must be a positive number of seconds, got 0"),
+        (dict(jobs=10_000), "more than the .* CPU cores this process may use; give --jobs .* or fewer"),
         (dict(sampler="annealing"), "unknown sampler 'annealing'"),
     ],
 )
@@ -319,13 +330,14 @@ def test_a_rerun_after_a_kill_while_retiming_finishes_the_retiming_without_searc
 def test_jobs_default_to_the_usable_cores_capped():
     import os
 
-    from autotune.tuner import MAX_DEFAULT_JOBS, default_jobs
+    from autotune.tune.tuner import MAX_DEFAULT_JOBS, default_jobs, memory_jobs
 
-    assert TuneRequest(1, 1, 1).jobs == default_jobs() == min(len(os.sched_getaffinity(0)), MAX_DEFAULT_JOBS)
+    expected = min(len(os.sched_getaffinity(0)), memory_jobs(), MAX_DEFAULT_JOBS)
+    assert TuneRequest(1, 1, 1).jobs == default_jobs() == expected
 
 
 def test_the_eta_counts_the_trials_and_finalists_left():
-    from autotune.progress import Progress
+    from autotune.tune.progress import Progress
 
     progress = Progress(False, done=0, total=10, timeout=None, finalists=3)
     assert progress.eta(0) == "ETA -"
@@ -344,7 +356,7 @@ def test_every_family_module_is_in_the_registry_in_first_guess_order():
 
 
 class Forking(Replay):
-    """A measurer that forks as autotune.isolation.Isolated does; each fork records its calls here."""
+    """A measurer that forks as autotune.measure.isolation.Isolated does; each fork records its calls here."""
 
     def __init__(self, root=None, **options):
         super().__init__(**options)
@@ -375,7 +387,7 @@ def test_finalists_are_retimed_at_once_by_forked_measurers_taking_turns_on_a_loc
 
 def test_a_skinny_shape_starts_from_the_shape_rule(monkeypatch):
     """On a GPU with SMs to fill, a cold study of a skinny shape tries the rule's split-K config
-    first (autotune.space.shape_guesses), ahead of the families' defaults."""
+    first (autotune.space.guesses.shape_guesses), ahead of the families' defaults."""
     monkeypatch.setenv("MMTUNE_PRETEND_GPU", "NVIDIA H200;9.0;132")
     replay = Replay()
     tune(TuneRequest(16, 4096, 4096, trials=2, families=["vector", "splitk"], jobs=1), replay, show_progress=False)
@@ -415,3 +427,25 @@ def test_a_tune_on_a_gpu_before_sm80_never_tries_kernels_it_cannot_compile(tmp_p
     with pytest.raises(TuneError, match="lacks instructions that float32 kernels of tf32x3 need"):
         tune(TuneRequest(64, 64, 64, trials=2, families=["tf32x3"], jobs=1), replay, tmp_path / "cache.db",
              show_progress=False)
+
+
+class NeverStarts(Replay):
+    """A measurer whose measuring process never starts."""
+
+    def __call__(self, *args, **kwargs):
+        from autotune.errors import InfrastructureFailure
+
+        raise InfrastructureFailure("the measuring process did not start: replayed")
+
+
+def test_worker_processes_stop_after_three_machinery_failures_in_a_row():
+    from autotune.errors import InfrastructureFailure
+    from autotune.tune.study import INFRASTRUCTURE
+
+    with pytest.raises(InfrastructureFailure, match="3 trials in a row failed for reasons not of their configs "
+                                                    "\\(the last: the measuring process did not start: replayed\\)"):
+        run(NeverStarts(), trials=4, jobs=2, families=["shared"])
+    study = optuna.load_study(study_name=optuna.get_all_study_names(_journal())[0], storage=_journal())
+    failed = [t for t in study.trials if INFRASTRUCTURE in t.user_attrs]
+    assert len(failed) >= 3 and all(t.state == optuna.trial.TrialState.FAIL for t in failed)
+    assert Cache().rows() == []

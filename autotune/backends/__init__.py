@@ -24,8 +24,8 @@ Kernels are written once, in Numba's CUDA dialect (kernels/: `Kernel.compile` tu
 dispatcher). A HIP backend for AMD GPUs (the seed's ROC example) would be one more module here
 with these functions on its device arrays, an entry in `_BACKENDS`, and a HIP target for
 `Kernel.compile`; nothing above this package branches on the backend. The fast call path
-(autotune.calls with autotune.launch and autotune.store: cubins launched through the CUDA
-driver) is NVIDIA's alone; on another backend `matmul` goes through `autotune.runtime`, as it
+(autotune.call.front with autotune.call.launch and autotune.store.cubins: cubins launched through the CUDA
+driver) is NVIDIA's alone; on another backend `matmul` goes through `autotune.call.dispatcher`, as it
 does under the simulator. `current()` picks the simulator when NUMBA_ENABLE_CUDASIM=1, else Numba
 CUDA.
 """
@@ -37,6 +37,8 @@ import os
 import sys
 from dataclasses import dataclass
 from functools import cache
+
+from autotune.errors import NoGpuError
 
 _BACKENDS = {"simulator": "autotune.backends.simulator", "numba-cuda": "autotune.backends.numba_cuda"}
 
@@ -80,4 +82,18 @@ def current():
     return _load(name())
 
 
-__all__ = ["Device", "current", "name"]
+def require_gpu() -> None:
+    """Measuring (tuning, looking up this GPU, calling matmul) needs a CUDA GPU or the simulator:
+    NoGpuError in one line rather than the driver's traceback."""
+    if simulated():
+        return
+    from numba import cuda
+
+    if not cuda.is_available():
+        lines = [line.strip() for line in str(cuda.cuda_error() or "").splitlines() if line.strip()]
+        reason = lines[0].rstrip(".") if lines else "the CUDA driver sees no device"
+        raise NoGpuError(f"no CUDA GPU here ({reason}); to run on the CPU under Numba's CUDA simulator, pass "
+                         "--simulate (or set NUMBA_ENABLE_CUDASIM=1 before numba is imported)")
+
+
+__all__ = ["Device", "current", "name", "require_gpu"]

@@ -10,6 +10,7 @@ from typing import Callable
 
 from autotune.backends import Device
 from kernels.base import DeviceLimits
+from kernels.rules import DEFAULT_DYNAMIC_SHARED, Arch
 
 SAMPLE_SECONDS = 2e-4  # each timed sample is an event pair around enough launches to last this long
 #: the hold lasts this many times the host's time to enqueue the sample (plus HOLD_SLACK_US),
@@ -30,7 +31,7 @@ class NumbaCuda:
         device = cuda.get_current_device()
         name = device.name.decode() if isinstance(device.name, bytes) else str(device.name)
         version = cuda.cudadrv.driver.driver.get_version()
-        return Device(name, "{}.{}".format(*device.compute_capability), device.MULTIPROCESSOR_COUNT,
+        return Device(name, str(Arch.of(device.compute_capability)), device.MULTIPROCESSOR_COUNT,
                       "{}.{}".format(*version))
 
     def limits(self) -> DeviceLimits:
@@ -39,7 +40,7 @@ class NumbaCuda:
         attrs = cuda.get_current_device()
         return DeviceLimits(
             max_threads_per_block=attrs.MAX_THREADS_PER_BLOCK,
-            max_shared_per_block=min(attrs.MAX_SHARED_MEMORY_PER_BLOCK, 48 * 1024),
+            max_shared_per_block=min(attrs.MAX_SHARED_MEMORY_PER_BLOCK, DEFAULT_DYNAMIC_SHARED),
             max_registers_per_block=attrs.MAX_REGISTERS_PER_BLOCK,
             max_threads_per_sm=attrs.MAX_THREADS_PER_MULTIPROCESSOR,
             max_dynamic_shared_per_block=attrs.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,

@@ -22,7 +22,7 @@ import numpy as np
 from numba.cuda.simulator import kernel as simulator_kernel
 
 from autotune.backends import Device
-from kernels.base import DeviceLimits
+from kernels.contract import DeviceLimits
 
 PRETEND_ENV = "MMTUNE_PRETEND_GPU"
 

@@ -1,0 +1,421 @@
+"""mmtune bench --peers: the path users call, on PyTorch tensors, next to what they would call
+instead, in one process.
+
+Peers, each called the way its users call it, shape by shape on the same tensors: mmtune's
+`matmul`, `torch.matmul` (cuBLAS, TF32 off), an autotuned Triton FP32 matmul
+(autotune/triton_peer.py) where Triton imports, and `cupy.matmul` where CuPy imports. A peer
+that does not import is reported absent; one that fails or computes a wrong product at a shape
+is reported there and not timed. Per shape and peer:
+
+  first_call_s   the first call at the shape, with whatever it compiles, autotunes or loads
+  call_gflops    back-to-back calls on the wall clock with a final sync: the host included
+  kernel_gflops  CUDA events around a CUDA graph of calls where the graph's replay computes the
+                 product (torch.cuda.graph), else around calls queued behind a hold kernel
+                 (measure.time_launches): the GPU alone
+
+Peers take turns within a shape, round after round, so clocks that drift move them all alike.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+import zlib
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from autotune import backends
+from autotune.bench.report import FLOOR, LABELS, PEER_NAMES, RATIOS, source_commit, write
+from autotune.errors import PeersError
+from autotune.measure.measurement import (
+    FULL_REFERENCE_MACS,
+    REFERENCE_ROWS,
+    all_written,
+    device_info,
+    error_bound,
+    reference,
+    relative_error,
+    time_launches,
+    versions,
+)
+
+DTYPE = "float32"
+
+
+
+
+
+
+CATEGORIES = ("mid", "skinny", "odd", "large")
+
+
+#: the per-call overhead (call time minus kernel time) is reported at this shape
+OVERHEAD_SHAPE = (256, 256, 256)
+
+
+
+
+ROUNDS = 5  # timed samples of each kind per peer and shape
+
+
+CALL_SAMPLE_SECONDS = 5e-3  # back-to-back calls per call sample: about this long
+
+
+GRAPH_SAMPLE_SECONDS = 2e-3  # calls captured in one graph: about this long
+
+
+MAX_CALLS = 1000
+
+
+MAX_GRAPH_CALLS = 500
+
+
+SEED = 19
+
+
+SIZE_RANGE = (16, 8192)
+
+
+def category(m: int, n: int, k: int) -> str | None:
+    """Issue 19's categories, by rule, first match: skinny if min(M, N) <= 64; odd if M, N or K
+    is not a multiple of 16; large if M*N*K >= 2048^3; mid if M*N*K >= 700^3; else none."""
+    if min(m, n) <= 64:
+        return "skinny"
+    if m % 16 or n % 16 or k % 16:
+        return "odd"
+    if m * n * k >= 2048**3:
+        return "large"
+    if m * n * k >= 700**3:
+        return "mid"
+    return None
+
+
+def seeded_shapes(seed: int = SEED, count: int = 20) -> list[tuple[int, int, int]]:
+    """`count` distinct shapes, the categories taking turns, each size drawn log-uniform in
+    SIZE_RANGE and the shape redrawn until the rule puts it in its category. Mid and large sizes
+    are rounded to multiples of 16, since nearly every free draw would be odd. Python's
+    `random.random` keeps its sequence across versions, so the committed `seeded` suite can be
+    checked against this."""
+    rng = random.Random(seed)
+    shapes: list[tuple[int, int, int]] = []
+    for index in range(count):
+        target = CATEGORIES[index % len(CATEGORIES)]
+        multiple = 16 if target in ("mid", "large") else 1
+        while True:
+            shape = tuple(_log_uniform_size(rng, multiple) for _ in range(3))
+            if category(*shape) == target and shape not in shapes:
+                shapes.append(shape)
+                break
+    return shapes
+
+
+def _log_uniform_size(rng: random.Random, multiple: int) -> int:
+    low, high = SIZE_RANGE
+    size = round(low * (high / low) ** rng.random() / multiple) * multiple
+    return min(high, max(low, size))
+
+
+def summary(samples: list[float]) -> tuple[float, float]:
+    """(median, spread): spread is the interquartile range over the median, as measure.Timing's."""
+    q25, median, q75 = np.percentile(samples, [25, 50, 75])
+    return float(median), float((q75 - q25) / median) if median else 0.0
+
+
+def geomean(values: list[float]) -> float | None:
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
+
+
+
+
+def geomeans(rows: list[dict]) -> dict:
+    """Per category, and over all rows: the geometric means of mmtune's GFLOPS over cuBLAS's and
+    Triton's (kernel, and call), each over the shapes where both were measured."""
+    out = {}
+    for name in (*CATEGORIES, "all"):
+        group = [r for r in rows if name == "all" or r["category"] == name]
+        out[name] = {"shapes": len(group), **{key: geomean([r[key] for r in group if r.get(key)]) for key in RATIOS}}
+    return out
+
+
+@dataclass(frozen=True)
+class Peer:
+    name: str  # one of PEER_NAMES
+    bind: Callable  # bind(A, B, C) -> a call computing C = A @ B as the peer's users would
+
+
+@dataclass
+class Operands:
+    """A, B and a C to write, on the device; what C's checked rows must hold."""
+
+    A: object
+    B: object
+    C: object
+    rows: object  # rows of C compared with the reference: a slice or sorted indices
+    expected: np.ndarray  # the float64 reference of those rows
+    bound: float
+
+    def error(self, out: np.ndarray) -> float:
+        """Relative error of a C copied to the host; inf if any element was left unwritten."""
+        return relative_error(out[self.rows], self.expected) if all_written(out) else math.inf
+
+
+def checked_rows(m: int, n: int, k: int, rng: np.random.Generator):
+    """The rows of C to compare with the reference, as measure.compare picks them."""
+    if m * n * k > FULL_REFERENCE_MACS and m > REFERENCE_ROWS:
+        return np.sort(rng.choice(m, REFERENCE_ROWS, replace=False))
+    return slice(None)
+
+
+class TorchDevice:
+    """The GPU through PyTorch: CUDA tensors, TF32 off, kernels timed over CUDA graphs."""
+
+    def __init__(self):
+        try:
+            import torch
+        except ImportError as error:
+            raise PeersError(f"--peers needs PyTorch with CUDA: {error}") from None
+        if backends.name() == "simulator" or not torch.cuda.is_available():
+            raise PeersError("--peers needs PyTorch and a CUDA GPU (not the simulator)")
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.set_float32_matmul_precision("highest")
+        self.torch = torch
+        self.name = device_info()["device"]
+        self.versions = {"torch": torch.__version__}
+
+    def operands(self, m: int, n: int, k: int, seed: int) -> Operands:
+        torch = self.torch
+        generator = torch.Generator(device="cuda").manual_seed(seed)
+        A = torch.randn((m, k), generator=generator, device="cuda")
+        B = torch.randn((k, n), generator=generator, device="cuda")
+        rows = checked_rows(m, n, k, np.random.default_rng(seed))
+        A_rows = A[torch.as_tensor(rows, device=A.device)] if isinstance(rows, np.ndarray) else A
+        expected = reference(A_rows.cpu().numpy(), B.cpu().numpy())
+        return Operands(A, B, torch.empty((m, n), device="cuda"), rows, expected, error_bound(DTYPE, k))
+
+    def poison(self, C) -> None:
+        C.fill_(float("nan"))
+
+    def sync(self) -> None:
+        self.torch.cuda.synchronize()
+
+    def to_host(self, C) -> np.ndarray:
+        return C.cpu().numpy()
+
+    def kernel_timer(self, call: Callable[[], None], operands: Operands, calls: int):
+        """A graph of `calls` calls if its replay computes the product (a peer launching outside
+        torch's current stream leaves the graph empty), else the held-queue loop."""
+        torch = self.torch
+        try:
+            graph = torch.cuda.CUDAGraph()
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # warm up off the default stream, as capture asks
+                for _ in range(2):
+                    call()
+            torch.cuda.current_stream().wait_stream(side)
+            with torch.cuda.graph(graph):
+                for _ in range(calls):
+                    call()
+            self.poison(operands.C)
+            graph.replay()
+            self.sync()
+            if operands.error(self.to_host(operands.C)) <= operands.bound:
+                return _GraphTimer(torch, graph, calls)
+        except Exception:  # noqa: BLE001 - a peer that cannot be captured is timed the other way
+            pass
+        self.sync()
+        return _LoopTimer(call)
+
+
+class _GraphTimer:
+    method = "graph"
+
+    def __init__(self, torch, graph, calls: int):
+        self.torch, self.graph, self.calls = torch, graph, calls
+
+    def sample(self) -> float:
+        """Seconds per call: CUDA events around one replay of the graph."""
+        start, stop = (self.torch.cuda.Event(enable_timing=True) for _ in range(2))
+        start.record()
+        self.graph.replay()
+        stop.record()
+        stop.synchronize()
+        return start.elapsed_time(stop) * 1e-3 / self.calls
+
+
+class _LoopTimer:
+    method = "loop"
+
+    def __init__(self, call: Callable[[], None]):
+        self.call = call
+
+    def sample(self) -> float:
+        """Seconds per call: the median of event pairs around calls queued behind a hold kernel."""
+        return time_launches(self.call, warmup=1, repeat=5).median_ms * 1e-3
+
+
+def torch_peers(device: TorchDevice, precision: str | None = None) -> tuple[list[Peer], dict[str, str]]:
+    """The peers that import here, and why each other one is absent; mmtune's asks for `precision`."""
+    torch = device.torch
+    from autotune.call.front import matmul  # the path users call: driver plans on torch's stream
+
+    peers = [
+        Peer("mmtune", lambda A, B, C: partial(matmul, A, B, out=C, precision=precision)),
+        Peer("cublas", lambda A, B, C: partial(torch.matmul, A, B, out=C)),
+    ]
+    absent = {}
+    try:
+        from autotune.bench import triton_peer
+    except Exception as error:  # noqa: BLE001 - missing, too old or broken: absent all the same
+        absent["triton"] = f"Triton does not import: {error}"
+    else:
+        peers.append(Peer("triton", lambda A, B, C: partial(triton_peer.matmul, A, B, C)))
+        device.versions["triton"] = triton_peer.triton.__version__
+    try:
+        import cupy
+    except Exception as error:  # noqa: BLE001
+        absent["cupy"] = f"CuPy does not import: {error}"
+    else:
+        def bind_cupy(A, B, C):
+            a, b, c = (cupy.asarray(x) for x in (A, B, C))  # once: a CuPy user holds CuPy arrays
+            return partial(cupy.matmul, a, b, out=c)
+
+        peers.append(Peer("cupy", bind_cupy))
+        device.versions["cupy"] = cupy.__version__
+    return peers, absent
+
+
+def bench_peers(
+    shapes: list[tuple[int, int, int]], out_dir: Path | None = None, rounds: int = ROUNDS,
+    progress: Callable[[str], None] | None = None, device=None, peers: list[Peer] | None = None,
+    absent: dict[str, str] | None = None, precision: str | None = None,
+) -> dict:
+    """Time every peer at OVERHEAD_SHAPE (for the call overhead), then at every shape; with
+    `out_dir`, write peers.json, peers.md and peers.png there. `device` and `peers` default to
+    the GPU through PyTorch and the peers that import; mmtune's kernels are of `precision`
+    (autotune.space.precision; default its default)."""
+    if device is None:
+        device = TorchDevice()
+    if peers is None:
+        peers, absent = torch_peers(device, precision)
+    absent = dict(absent or {})
+    measured = {}
+    # OVERHEAD_SHAPE first: its first calls, not the suite's, carry the libraries' one-time setup
+    for shape in dict.fromkeys([OVERHEAD_SHAPE, *shapes]):
+        measured[shape] = measure_shape(shape, device, peers, rounds, precision)
+        if progress:
+            progress(_progress_line(measured[shape]))
+    rows = [measured[tuple(shape)] for shape in shapes]
+    overhead_row = measured[OVERHEAD_SHAPE]
+    overhead = {}
+    for name in dict.fromkeys(("mmtune", "cublas", "triton", *(peer.name for peer in peers))):
+        call_us, kernel_us = overhead_row.get(f"{name}_call_us"), overhead_row.get(f"{name}_kernel_us")
+        overhead[name] = call_us - kernel_us if call_us is not None and kernel_us is not None else None
+    ratios = [(r["vs_cublas"], f"{r['m']}x{r['n']}x{r['k']}") for r in rows if r["vs_cublas"]]
+    result = {
+        "device": device.name, "dtype": DTYPE, "precision": precision, "date": time.strftime("%Y-%m-%d"),
+        "commit": source_commit(),
+        **versions(), **device.versions,
+        "peers": [p.name for p in peers], "absent": absent,
+        "call_overhead_us": overhead,
+        "overhead_shape": "x".join(map(str, OVERHEAD_SHAPE)),
+        "overhead_row": overhead_row,
+        "geomeans": geomeans(rows),
+        "worst_vs_cublas": {"ratio": min(ratios)[0], "shape": min(ratios)[1]} if ratios else None,
+        "below_floor": [shape for ratio, shape in ratios if ratio < FLOOR],
+        "rows": rows,
+    }
+    if out_dir is not None:
+        write(result, Path(out_dir))
+    return result
+
+
+def measure_shape(shape: tuple[int, int, int], device, peers: list[Peer], rounds: int = ROUNDS,
+                  precision: str | None = None) -> dict:
+    """One shape: every peer's first call (verified), then `rounds` rounds in which each peer in
+    turn takes one call sample and one kernel sample."""
+    from autotune.select.lookup import lookup
+
+    m, n, k = shape
+    operands = device.operands(m, n, k, zlib.crc32(f"{m}x{n}x{k}".encode()))
+    choice = lookup(m, n, k, DTYPE, precision=precision)
+    row = {"m": m, "n": n, "k": k, "category": category(m, n, k), "source": choice.source, "family": choice.family,
+           "precision": choice.precision}
+    for name in PEER_NAMES:
+        for field in ("call_gflops", "kernel_gflops", "first_call_s", "call_us", "kernel_us", "error", "kernel_timing"):
+            row[f"{name}_{field}"] = None
+    failures, ready = {}, {}
+    for peer in peers:
+        try:
+            call = peer.bind(operands.A, operands.B, operands.C)
+            device.poison(operands.C)
+            device.sync()
+            started = time.perf_counter()
+            call()
+            device.sync()
+            row[f"{peer.name}_first_call_s"] = time.perf_counter() - started
+            error = operands.error(device.to_host(operands.C))
+        except Exception as error:  # noqa: BLE001 - a peer failing at a shape is a result to report
+            failures[peer.name] = f"{type(error).__name__}: {error}".splitlines()[0]
+            continue
+        row[f"{peer.name}_error"] = error if math.isfinite(error) else None
+        if error <= operands.bound:
+            ready[peer.name] = call
+        else:
+            failures[peer.name] = f"wrong product: relative error {error:.3g} > bound {operands.bound:.3g}"
+    once = {name: _wall_per_call(call, 2, device.sync) for name, call in ready.items()}
+    timers = {
+        name: device.kernel_timer(call, operands, _calls(GRAPH_SAMPLE_SECONDS, once[name], MAX_GRAPH_CALLS))
+        for name, call in ready.items()
+    }
+    call_samples = {name: [] for name in ready}
+    kernel_samples = {name: [] for name in ready}
+    for _ in range(rounds):
+        for name, call in ready.items():
+            call_samples[name].append(_wall_per_call(call, _calls(CALL_SAMPLE_SECONDS, once[name], MAX_CALLS), device.sync))
+            kernel_samples[name].append(timers[name].sample())
+    flops = 2.0 * m * n * k
+    for name in ready:
+        (call_s, call_spread), (kernel_s, kernel_spread) = summary(call_samples[name]), summary(kernel_samples[name])
+        row.update({
+            f"{name}_call_gflops": flops / call_s / 1e9, f"{name}_kernel_gflops": flops / kernel_s / 1e9,
+            f"{name}_call_us": call_s * 1e6, f"{name}_kernel_us": kernel_s * 1e6,
+            f"{name}_call_spread": call_spread, f"{name}_kernel_spread": kernel_spread,
+            f"{name}_kernel_timing": timers[name].method,
+        })
+    for peer in ("cublas", "triton"):
+        row[f"vs_{peer}"] = _ratio(row["mmtune_kernel_gflops"], row[f"{peer}_kernel_gflops"])
+        row[f"call_vs_{peer}"] = _ratio(row["mmtune_call_gflops"], row[f"{peer}_call_gflops"])
+    row["failures"] = failures
+    return row
+
+
+def _wall_per_call(call: Callable[[], None], calls: int, sync: Callable[[], None]) -> float:
+    """Seconds per call of `calls` back-to-back calls, from an idle GPU to a final sync."""
+    sync()
+    started = time.perf_counter()
+    for _ in range(calls):
+        call()
+    sync()
+    return (time.perf_counter() - started) / calls
+
+
+def _calls(seconds: float, per_call: float, most: int) -> int:
+    return max(1, min(most, math.ceil(seconds / max(per_call, 1e-9))))
+
+
+def _ratio(ours: float | None, theirs: float | None) -> float | None:
+    return ours / theirs if ours and theirs else None
+
+
+def _progress_line(row: dict) -> str:
+    cells = [f"{LABELS[name]} {row[f'{name}_kernel_gflops']:,.0f}" for name in PEER_NAMES if row[f"{name}_kernel_gflops"]]
+    failed = [f"{LABELS[name]} failed ({reason})" for name, reason in row["failures"].items()]
+    return f"{row['m']}x{row['n']}x{row['k']}: kernel GFLOPS " + ", ".join(cells + failed)

@@ -1,0 +1,155 @@
+"""matmul through Numba's dispatcher: NumPy operands, the CUDA simulator and
+MMTUNE_LAUNCH=numba (autotune.call.front sends them here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from autotune import backends
+from autotune.call.operands import arrays_layout, check_shapes
+from autotune.errors import OperandError
+from autotune.memos import MEMOS
+from autotune.select.lookup import kernel_for, lookup
+from kernels import Kernel
+
+_plans: dict[tuple, "_Plan"] = MEMOS.table("call.numba_plans")
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a device-array call of a given (A.shape, B.shape, dtypes, layout) needs, validated once."""
+
+    shape: tuple[int, int]  # of C
+    dtype: np.dtype
+    layout: str
+    #: (first row of C, rows, kernel, its launch on the default stream) per product: C's last rows
+    #: as a product of their own where lookup peels them (Choice.peel)
+    parts: tuple
+
+    @property
+    def kernel(self) -> Kernel:
+        """The kernel of C's first rows (of all of them unless some are peeled)."""
+        return self.parts[0][2]
+
+    def launch(self, a, b, c, stream=None) -> None:
+        """C = A @ B from A and B as stored; on the default stream, or on a Numba `stream`."""
+        for first, rows, kernel, default in self.parts:
+            if rows != self.shape[0]:  # A's rows are rows in memory (peeled_rows): views of them
+                a_part, c_part = a[first:first + rows], c[first:first + rows]
+            else:
+                a_part, c_part = a, c
+            (default if stream is None else kernel.launcher(rows, self.shape[1], stream))(a_part, b, c_part)
+
+
+def matmul(A, B, out=None, stream=None, deterministic=False, precision=None):
+    """C = A @ B through Numba's dispatcher (autotune.call.front.matmul sends the simulator, NumPy
+    operands and MMTUNE_LAUNCH=numba here). A and B: NumPy arrays (copied to the GPU and back),
+    or device arrays (Numba, or anything with __cuda_array_interface__ such as CuPy and PyTorch;
+    each C-contiguous or the transpose of a C-contiguous array), used in place, launched on
+    `stream` (a raw handle or a Numba stream; default: the default stream). Returns the same kind
+    as A; `out`, if given, receives C and is returned. With `deterministic`, a kernel that does not
+    add into C (split-K, stream-K); with `precision`, one of that precision or a stricter one
+    (autotune.space.precision)."""
+    if isinstance(A, np.ndarray) or isinstance(B, np.ndarray):
+        if not (isinstance(A, np.ndarray) and isinstance(B, np.ndarray)):
+            raise OperandError("A and B must both be NumPy arrays or both be device arrays")
+        return _host_matmul(A, B, out, deterministic, precision)
+    dA, dB = _device_view(A, "A"), _device_view(B, "B")
+    key = (dA.shape, dB.shape, dA.dtype, dB.dtype, dA.is_c_contiguous(), dB.is_c_contiguous(), dA.is_f_contiguous(),
+           dB.is_f_contiguous(), deterministic, precision)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans[key] = _plan(dA, dB, deterministic, precision)
+    if out is None:
+        out = _empty_like(A, plan.shape, plan.dtype)
+    dC = _device_view(out, "out")
+    if dC.shape != plan.shape or dC.dtype != plan.dtype:
+        raise OperandError(f"out must be a {plan.shape[0]}x{plan.shape[1]} device array of {plan.dtype}")
+    if not dC.is_c_contiguous():
+        raise OperandError("C is not C-contiguous; pass a C-contiguous out")
+    a, b = (dA.T if plan.layout[0] == "T" else dA), (dB.T if plan.layout[1] == "T" else dB)  # as stored
+    plan.launch(a, b, dC, _numba_stream(stream) if stream else None)
+    return out
+
+
+def _numba_stream(stream):
+    """A Numba stream for `stream`: a Numba stream as it is, else a raw handle or a PyTorch or CuPy
+    stream wrapped."""
+    from numba import cuda
+
+    if isinstance(stream, cuda.cudadrv.driver.Stream):
+        return stream
+    from autotune.call import launch
+
+    return cuda.external_stream(launch.stream_handle(stream))
+
+
+def _plan(dA, dB, deterministic: bool = False, precision: str | None = None) -> _Plan:
+    """The kernel for these operands' shapes, dtype and layout: a transposed C-contiguous view
+    ("T", F-contiguous in Numba's terms) is passed as the array it transposes."""
+    backends.require_gpu()
+    m, n, k, dtype = check_shapes(dA, dB)
+    layout = arrays_layout(dA, dB)
+    return _Plan((m, n), np.dtype(dtype), layout, _parts(m, n, k, dtype, layout, deterministic, precision))
+
+
+def _parts(m: int, n: int, k: int, dtype: str, layout: str, deterministic: bool, precision: str | None) -> tuple:
+    """_Plan.parts: lookup's kernel for the product, or for its first rows and, for the rows it
+    peels, the kernel lookup picks for a product of those rows."""
+    choice = lookup(m, n, k, dtype, layout=layout, deterministic=deterministic, precision=precision)
+    main = m - choice.peel
+    parts = [(0, main, kernel_for(choice, dtype, (m, n, k), layout))]
+    if choice.peel:
+        parts.append((main, choice.peel, kernel_for(choice.rest, dtype, (choice.peel, n, k), layout)))
+    return tuple((first, rows, kernel, kernel.launcher(rows, n)) for first, rows, kernel in parts)
+
+
+def _host_matmul(A: np.ndarray, B: np.ndarray, out, deterministic: bool = False, precision: str | None = None):
+    """NumPy operands of any layout are copied C-contiguous to the GPU: the NN kernel."""
+    m, n, k, dtype = check_shapes(A, B)
+    if out is not None and (not isinstance(out, np.ndarray) or out.shape != (m, n) or out.dtype != A.dtype):
+        raise OperandError(f"out must be a {m}x{n} NumPy array of {dtype}")
+    backends.require_gpu()
+    require_device_memory((m * k + k * n + m * n) * A.dtype.itemsize)
+    backend = backends.current()
+    dC = backend.empty((m, n), A.dtype)
+    plan = _Plan((m, n), A.dtype, "NN", _parts(m, n, k, dtype, "NN", deterministic, precision))
+    plan.launch(backend.to_device(np.ascontiguousarray(A)), backend.to_device(np.ascontiguousarray(B)), dC)
+    if out is None:
+        return dC.copy_to_host()
+    if out.flags.c_contiguous:
+        return dC.copy_to_host(out)
+    out[...] = dC.copy_to_host()
+    return out
+
+
+def _device_view(x, name: str):
+    view = backends.current().device_view(x)
+    if view is None:
+        raise OperandError(f"{name} is a {type(x).__name__}: expected a NumPy array or a CUDA device array")
+    return view
+
+
+def require_device_memory(nbytes: int) -> None:
+    """Refuse, with a clear error, a product that cannot fit in the GPU's free memory."""
+    free = backends.current().free_memory()
+    if nbytes > free:
+        raise OperandError(f"the product needs {nbytes / 2**30:.2f} GiB on the GPU; {free / 2**30:.2f} GiB is free")
+
+
+def _empty_like(A, shape, dtype):
+    """A new device array of the same kind as A (CuPy, PyTorch, else Numba)."""
+    require_device_memory(shape[0] * shape[1] * np.dtype(dtype).itemsize)
+    module = type(A).__module__.split(".")[0]
+    if module == "cupy":
+        import cupy
+
+        return cupy.empty(shape, dtype=dtype)
+    if module == "torch":
+        import torch
+
+        return torch.empty(shape, dtype=A.dtype, device=A.device)
+    return backends.current().empty(shape, dtype)

@@ -1,0 +1,289 @@
+"""matmul(A, B, out=None, stream=None): device arrays through driver plans, the rest through Numba.
+
+On a real GPU, a call on device arrays reads each operand's pointer, shape, strides, dtype and
+device (autotune.call.operands), finds the plan built for those on the first such call, and launches
+it (autotune.call.launch) on the caller's stream: `stream` if given, else PyTorch's current stream for
+torch tensors, CuPy's for CuPy arrays, the default stream for others. It never waits for the GPU.
+A plan is built once per (shapes, strides, dtypes, devices): the checks run then, the config
+comes from the kernel store's memory of this shape or from `lookup`, the cubin from the store
+(compiled into it if missing) for the operands' layout (a transposed view is read in place) and
+offset width; where the config's tiles would spend a whole tile row on C's last few rows, those
+rows get a plan of their own (kernels.rules.peeled_rows). During CUDA graph capture a missing
+plan is an error, since building one would compile, load or allocate.
+
+NumPy operands, the CUDA simulator, and MMTUNE_LAUNCH=numba (a debug fallback) go through
+Numba's dispatcher (autotune.call.dispatcher). Nothing here imports numba on the driver path.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import warnings
+from dataclasses import dataclass
+from functools import partial
+from typing import Callable
+
+import numpy as np
+
+from autotune import backends
+from autotune.call import launch
+from autotune.call.operands import Operand, check_product, dtype_name, kind_of, reader
+from autotune.errors import CaptureError, LaunchError, OperandError
+from autotune.memos import MEMOS
+from autotune.space.precision import resolve as resolve_precision
+from autotune.store import cubins, shapes
+from kernels.rules import Arch, adds_into_c, memory_shapes, offset_bits_for, peeled_rows, unaligned_for
+
+ENV = "MMTUNE_LAUNCH"  # "numba": launch through Numba's dispatcher, for debugging
+
+
+@dataclass
+class CallPlan:
+    kind: str  # of A: decides the current stream and what a new C is
+    m: int
+    n: int
+    dtype: str
+    layout: str  # of A and B, kernels.LAYOUTS
+    out_key: tuple  # (shape, strides, dtype, device) a matching `out` reads as
+    plan: launch.Plan | launch.RowParts | None  # None: C is empty, nothing to launch
+    family: str
+    config: dict
+    new_out: Callable | None = None  # makes a new C, bound on first use
+
+
+_plans: dict[tuple, CallPlan] = MEMOS.table("call.plans")
+_readers: dict[type, tuple] = MEMOS.table("call.readers")  # type -> (kind, reader)
+#: store key -> its cubin, loaded once per process: a resource, not a memo (autotune.clear keeps it)
+_loaded: dict[str, launch.LoadedKernel] = {}
+_identities: dict[int, backends.Device] = MEMOS.table("call.identities")  # ordinal -> the GPU as lookup knows it
+_build_lock = threading.Lock()
+
+
+@MEMOS.function
+def backend() -> str:
+    """"driver" or "numba", decided on the first call."""
+    return "driver" if _driver_wanted() else "numba"
+
+
+def _driver_wanted() -> bool:
+    if os.environ.get(ENV, "driver") == "numba" or backends.simulated():
+        return False
+    return launch.driver_available()
+
+
+def matmul(A, B, out=None, stream=None, deterministic=False, precision=None):
+    """C = A @ B with the tuned kernel. A and B: NumPy arrays (copied to the GPU and back), or
+    device arrays (PyTorch, CuPy, Numba, or anything with __cuda_array_interface__ or
+    __dlpack__), used in place and launched on the caller's current stream or on `stream`.
+    Returns the same kind as A; `out`, if given, receives C and is returned. With
+    `deterministic`, a kernel that does not add into C (split-K, stream-K): the same operands give
+    the same bits. `precision` ("ieee" or "tf32x3", autotune.space.precision; default "ieee") names how
+    exactly float32 is computed: "tf32x3" lets the tensor cores compute it, where they are faster."""
+    found_a, found_b = _readers.get(type(A)), _readers.get(type(B))
+    if found_a is None or found_b is None:
+        return _first_sight(A, B, out, stream, deterministic, precision)
+    kind, read = found_a
+    a, b = read(A), found_b[1](B)
+    key = (a.shape, b.shape, a.strides, b.strides, a.dtype, b.dtype, a.device, b.device, deterministic, precision)
+    call = _plans.get(key)
+    if call is None:
+        call = _build(key, kind, a, b, stream, deterministic, precision)
+    if out is None:
+        out, c = _empty(kind, A, call)
+    else:
+        c = _read(out)
+        if (c.shape, c.strides, c.dtype, c.device) != call.out_key:
+            _check_out(a, b, c, call)
+    if call.plan is not None:
+        raw = current_stream(kind, a.device) if stream is None else launch.stream_handle(stream)
+        call.plan.launch(a.pointer, b.pointer, c.pointer, raw)
+    return out
+
+
+def current_stream(kind: str, device: int) -> int:
+    return launch.current_stream(kind, device)
+
+
+def _check_out(a: Operand, b: Operand, c: Operand, call: CallPlan) -> None:
+    """Refuse an `out` that does not fit; let through one of another kind (a CuPy C for torch A)."""
+    if tuple(c.shape) != (call.m, call.n) or dtype_name(c.dtype) != call.dtype:
+        raise OperandError(f"out must be a {call.m}x{call.n} device array of {call.dtype}")
+    check_product(a, b, c)
+
+
+def _read(x) -> Operand:
+    found = _readers.get(type(x)) or _register(x, "out")
+    return found[1](x)
+
+
+def _register(x, name: str):
+    kind = kind_of(x)
+    if kind == "host":
+        raise OperandError(f"{name} is a {type(x).__name__}: expected a NumPy array or a CUDA device array")
+    found = _readers[type(x)] = (kind, reader(kind))
+    return found
+
+
+def _first_sight(A, B, out, stream, deterministic, precision):
+    """A call with an operand type not seen before: NumPy, the simulator and the Numba fallback
+    go to autotune.call.dispatcher; on the driver path the types' readers are registered."""
+    if isinstance(A, np.ndarray) or isinstance(B, np.ndarray) or backend() == "numba":
+        from autotune.call import dispatcher
+
+        if stream is None and not isinstance(A, np.ndarray) and not backends.simulated():
+            stream = _caller_stream(A)
+        return dispatcher.matmul(A, B, out, stream, deterministic, precision)
+    _register(A, "A")
+    _register(B, "B")
+    return matmul(A, B, out, stream, deterministic, precision)
+
+
+def _caller_stream(A) -> int:
+    """The current stream for A's kind, for Numba's launcher (MMTUNE_LAUNCH=numba)."""
+    kind = kind_of(A)
+    if kind in ("torch", "cupy"):
+        return current_stream(kind, reader(kind)(A).device)
+    return 0
+
+
+def _build(key: tuple, kind: str, a: Operand, b: Operand, stream, deterministic: bool,
+           precision: str | None) -> CallPlan:
+    m, n, k, dtype, layout = check_product(a, b)
+    with _build_lock:
+        call = _plans.get(key)
+        if call is not None:
+            return call
+        device = launch.device(a.device)
+        previous = device.enter()
+        try:
+            plan, family, config = _plan(device, kind, a, stream, m, n, k, dtype, layout, deterministic, precision)
+        finally:
+            device.leave(previous)
+        call = _plans[key] = CallPlan(kind, m, n, dtype, layout, ((m, n), None, a.dtype, a.device), plan, family, config)
+        return call
+
+
+def _plan(device: launch.GpuContext, kind: str, a: Operand, stream, m: int, n: int, k: int, dtype: str, layout: str,
+          deterministic: bool = False, precision: str | None = None):
+    """(launch plan, family, config) for a product in `layout` on `device`, whose context is current."""
+    raw = current_stream(kind, a.device) if stream is None else launch.stream_handle(stream)
+    _refuse_during_capture(raw, m, n, k, dtype, a.device)
+    if not (m and n):  # an empty C needs no kernel (and CUDA refuses an empty grid)
+        return None, "", {}
+    gpu = _identity(device)
+    family, config, entry = find_entry(gpu, m, n, k, dtype, layout, deterministic, precision)
+    rest = peeled_rows(m, config, layout)
+    if not rest:
+        return entry_plan(device, entry, m, n, k, dtype, layout), family, config
+    *_, rest_entry = find_entry(gpu, rest, n, k, dtype, layout, deterministic, precision)
+    main, itemsize = m - rest, np.dtype(dtype).itemsize
+    parts = [(entry_plan(device, entry, main, n, k, dtype, layout), 0, 0),
+             (entry_plan(device, rest_entry, rest, n, k, dtype, layout), main * k * itemsize, main * n * itemsize)]
+    return launch.RowParts(parts), family, config
+
+
+def entry_plan(device: launch.GpuContext, entry: cubins.Entry, m: int, n: int, k: int, dtype: str,
+               layout: str = "NN") -> launch.Plan:
+    """The launch plan of a stored kernel for an (M x K) @ (K x N) product in `layout` on `device`,
+    the cubin loaded once per process."""
+    loaded = _loaded.get(entry.key)
+    if loaded is None:
+        loaded = _loaded[entry.key] = launch.load(entry.cubin, entry.name, entry.dynamic_shared)
+    itemsize = np.dtype(dtype).itemsize
+    words, slots = launch.pack_arguments(memory_shapes(m, n, k, layout), itemsize)
+    zero = m * n * itemsize // 4 if entry.adds else 0
+    sms = device.attribute("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT") if entry.workers_per_sm else 0
+    workers = entry.workers_per_sm * sms
+    grid = launch.grid_for(m, n, entry.tile, entry.splits, workers)
+    return launch.Plan(loaded, device, grid, entry.block, words, slots, zero)
+
+
+def _refuse_during_capture(raw: int, m: int, n: int, k: int, dtype: str, device: int) -> None:
+    try:
+        capturing = launch.capturing(raw)
+    except LaunchError as error:  # querying another stream during a global-mode capture
+        capturing = "CAPTURE" in str(error)
+    if capturing:
+        raise CaptureError(
+            f"matmul has no plan for {m}x{k} @ {k}x{n} {dtype} on cuda:{device} and the stream is being "
+            "captured into a CUDA graph; call matmul once with these operands before capturing"
+        )
+
+
+def _identity(device: launch.GpuContext) -> backends.Device:
+    """The GPU as lookup and the records know it: model name, compute capability, SM count."""
+    found = _identities.get(device.ordinal)
+    if found is None:
+        sms = device.attribute("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT")
+        found = _identities[device.ordinal] = backends.Device(device.name, str(Arch.of(device.cc)), sms)
+    return found
+
+
+def find_entry(gpu: backends.Device, m: int, n: int, k: int, dtype: str, layout: str = "NN",
+               deterministic: bool = False, precision: str | None = None):
+    """(family, config, store entry) for a shape, layout and precision (autotune.space.precision; None:
+    its default) on a GPU: from the store when it remembers them (numba stays unloaded), else from
+    `lookup` for that GPU and, if missing, compiled into the store for that layout and the offset
+    width the shape needs. The store remembers what a plain lookup chose; a deterministic call
+    takes it only if it does not add into C."""
+    precision = resolve_precision(precision, dtype, gpu.cc)
+    found = shapes.recall(gpu.name, dtype, (m, n, k), layout=layout, precision=precision)
+    if found is None or (deterministic and adds_into_c(found[1])):
+        from autotune.select.lookup import lookup
+
+        stamp = shapes.cache_stamp()  # before looking up: a write meanwhile must make this stale
+        choice = lookup(m, n, k, dtype, gpu, layout, deterministic, precision)
+        found = (choice.family, choice.config)
+        try:
+            if not deterministic:
+                shapes.remember(gpu.name, dtype, (m, n, k), *found, stamp=stamp, layout=layout, precision=precision)
+        except OSError as error:
+            warnings.warn(f"mmtune: cannot write to the kernel store: {error}", stacklevel=3)
+    family, config = found
+    entry = cubins.get(family, config, dtype, cubins.parse_arch(gpu.cc), layout=layout, offset_bits=offset_bits_for(m, n, k),
+                      unaligned=unaligned_for(m, n, k, layout, dtype))
+    return family, config, entry
+
+
+def _empty(kind: str, A, call: CallPlan) -> tuple[object, Operand]:
+    """A new C of the same kind as A, on A's device (PyTorch, CuPy, else a Numba device array),
+    and its operand: known contiguous, so only its pointer is read."""
+    if call.new_out is None:
+        call.new_out = _allocator(kind, A, call)
+    out = call.new_out()
+    return out, Operand(_pointer(kind, out), (call.m, call.n), None, call.out_key[2], call.out_key[3])
+
+
+def _allocator(kind: str, A, call: CallPlan):
+    """A function returning a new C for this plan, its arguments bound once."""
+    shape, dtype, device = (call.m, call.n), call.out_key[2], call.out_key[3]
+    if kind == "torch":
+        return partial(sys.modules["torch"].empty, shape, dtype=dtype, device=A.device)
+    if kind == "cupy":
+        cupy = sys.modules["cupy"]
+
+        def new_cupy():
+            with cupy.cuda.Device(device):
+                return cupy.empty(shape, dtype=dtype)
+
+        return new_cupy
+    from numba import cuda
+
+    from autotune.call.dispatcher import require_device_memory
+
+    def new_numba():
+        require_device_memory(call.m * call.n * np.dtype(dtype).itemsize)  # PyTorch and CuPy refuse by themselves
+        with cuda.gpus[device]:
+            return cuda.device_array(shape, np.dtype(dtype))
+
+    return new_numba
+
+
+def _pointer(kind: str, out) -> int:
+    if kind == "torch":
+        return out.data_ptr()
+    if kind == "cupy":
+        return out.data.ptr
+    return out.__cuda_array_interface__["data"][0]

@@ -1,0 +1,231 @@
+"""The shape rules: the configs a cold tune tries first and the ones lookup guesses for
+shapes no row serves (few rows, short K, the tensor cores' tiles), with K split by waves.
+"""
+
+from __future__ import annotations
+
+import kernels
+from autotune.space.configs import infeasibility
+from kernels.contract import Config, DeviceLimits, Product
+
+#: how the rule's tiles (and the measured tables', autotune.select.neighbours) are computed whole,
+#: with K split or streamed: the schedules of the family whose configs they are (Family.rule_tiles)
+TILE_SCHEDULES = next(entry.schedules for entry in kernels.FAMILIES.values() if entry.rule_tiles)
+
+
+#: a product is skinny when its C is at most this many rows (or columns) wide
+SKINNY = 64
+
+
+#: what the shape rule's tiles are built with: a 4-stage pipeline of asynchronous copies
+PIPELINE = {"pad": 4, "stages": 4, "unroll": True, "fragments": 1, "wide_fetch": True, "async_copy": True,
+            "min_blocks": 1}
+
+
+#: the rule's tiles, before fit_tile shrinks them to the shape: a skinny product's short side and
+#: long side, and 64x64 tiles for shapes that 128x128 tiles would leave with fewer blocks than SMs
+SKINNY_TILE = {"bm": 128, "bn": 128, "bk": 32, "tm": 8, "tn": 8}
+
+
+FEW_TILE = {"bm": 64, "bn": 64, "bk": 32, "tm": 8, "tn": 4}
+
+
+#: fit_tile's smallest side, the smallest register tile side the families take, and a warp
+MIN_FIT_SIDE, MIN_FIT_THREAD_SIDE, MIN_FIT_THREADS = 16, 4, 32
+
+
+def fit_tile(tile: dict, m: int, n: int, k: int) -> dict:
+    """`tile` with each side longer than the product's shrunk to the next power of 2 that covers
+    the product (at least MIN_FIT_SIDE), since rows and columns past C, and steps past K, are
+    pure waste: BM to M, BN to N, BK to K. A shrunk side keeps its threads where it can, taking a
+    smaller register tile (not under MIN_FIT_THREAD_SIDE); a block keeps a warp of threads."""
+    fitted = dict(tile)
+    for side, thread_side, length in (("bm", "tm", m), ("bn", "tn", n)):
+        size = max(MIN_FIT_SIDE, 1 << (max(length, 1) - 1).bit_length())
+        if size < tile[side]:
+            threads = tile[side] // tile[thread_side]
+            fitted[side] = size
+            fitted[thread_side] = max(MIN_FIT_THREAD_SIDE, min(tile[thread_side], size // threads))
+
+    def threads():
+        return (fitted["bm"] // fitted["tm"]) * (fitted["bn"] // fitted["tn"])
+
+    for side in ("bn", "bm"):
+        while threads() < MIN_FIT_THREADS and fitted[side] < tile[side]:
+            fitted[side] *= 2
+    if "bk" in tile:
+        fitted["bk"] = min(tile["bk"], max(8, 1 << (max(k, 1) - 1).bit_length()))
+    return fitted
+
+
+def shape_guesses(m: int, n: int, k: int, dtype: str, limits: DeviceLimits, sm_count: int,
+                  cc: str | None = None) -> list[Config]:
+    """Configs a rule picks for a shape that big square tiles would leave the GPU idle on:
+    - skinny (M or N <= SKINNY): SKINNY_TILE fitted to the shape (fit_tile), so the short side is
+      one tile of the next power of 2 and the long operand streams through once, with K split
+      for two waves;
+    - few tiles (fewer 128x128 tiles than SMs): FEW_TILE, whole and with K split for two waves.
+    Each is a split-K config only where K leaves every split at least MIN_SPLIT_STEPS steps.
+    The families' own first tiles for the dtype on a GPU of compute capability `cc` come first,
+    whole and split for two waves (first_tile_guesses): float64 and float32 on GPUs with fast
+    tensor cores get their tensor-core tile."""
+    guesses = first_tile_guesses(m, n, k, dtype, limits, sm_count, cc)
+    tiles = []
+    if min(m, n) <= SKINNY:
+        tiles.append(fit_tile(SKINNY_TILE, m, n, k))
+    elif -(-m // 128) * -(-n // 128) < sm_count:
+        tiles.append(FEW_TILE)
+    for tile in tiles:
+        splits = wave_splits(m, n, k, tile, sm_count)
+        guesses += [_deepest(TILE_SCHEDULES.config({**PIPELINE, **tile}, splits), dtype, limits),
+                    _deepest(TILE_SCHEDULES.config({**PIPELINE, **tile}), dtype, limits)]
+    return list(dict.fromkeys(c for c in guesses if c is not None))
+
+
+def first_tile_guesses(m: int, n: int, k: int, dtype: str, limits: DeviceLimits, sm_count: int,
+                       cc: str | None) -> list[Config]:
+    """Each family's first tile for `dtype` on a GPU of compute capability `cc` (Family.first_tile:
+    the tensor-core families' on GPUs whose tensor cores are fast), whole and with K split for two
+    waves where its schedules split K; those that can run."""
+    configs = []
+    for entry in kernels.FAMILIES.values():
+        tile = entry.first_tile(dtype, cc) if entry.first_tile else None
+        if tile is None:
+            continue
+        schedules = entry.schedules
+        splits = wave_splits(m, n, k, tile, sm_count) if schedules and schedules.split else 1
+        configs += [Config.of(*schedules.config(tile, s)) if schedules else Config.of(entry.name, tile)
+                    for s in dict.fromkeys((splits, 1))]
+    return [c for c in configs if infeasibility(c.family, c.params, dtype, limits) is None]
+
+
+#: K-splits by wave arithmetic: double them while the blocks fill fewer than this many waves...
+SPLIT_WAVES = 2
+
+
+#: ...and every split keeps at least this many k-steps of BK
+MIN_SPLIT_STEPS = 4
+
+
+MAX_SPLITS = 128
+
+
+#: how a candidate splits K (autotune.select.neighbours): not at all, for SPLIT_WAVES waves with
+#: MIN_SPLIT_STEPS steps each, or "deep", for 8 waves with as few as 2 steps each, which a tiny
+#: C over a long K needs to keep the SMs busy
+SPLIT_POLICIES = {"whole": None, "split": (SPLIT_WAVES, MIN_SPLIT_STEPS), "deep": (8, 2)}
+
+
+def wave_splits(m: int, n: int, k: int, tile: dict, sm_count: int, waves: int = SPLIT_WAVES,
+                min_steps: int = MIN_SPLIT_STEPS) -> int:
+    """How many ways to split K for a BM x BN tile: the fewest (a power of 2) giving `waves`
+    waves of blocks over `sm_count` SMs, as long as each split keeps `min_steps` k-steps."""
+    blocks = -(-m // tile["bm"]) * -(-n // tile["bn"])
+    splits = 1
+    while blocks * splits < waves * sm_count and k >= 2 * splits * min_steps * tile["bk"] and splits < MAX_SPLITS:
+        splits *= 2
+    return splits
+
+
+#: products of fewer rows than the smallest tile (M < MIN_FIT_SIDE: a batch of a few, or the rows
+#: left over by kernels.rules.peeled_rows): a 16-row tile of which only the first rows hold C,
+#: B fetched through registers 16 bytes at a time, and K split for FEW_ROWS_WAVES waves of blocks
+#: of at least FEW_ROWS_STEPS k-steps each (step 33; studies/step33_rows.py at 9c578e9)
+FEW_ROWS_TILE = {"bm": 16, "bn": 128, "bk": 16, "tm": 4, "tn": 8, "pad": 4, "stages": 1, "unroll": True,
+                 "fragments": 1, "wide_fetch": True, "async_copy": False, "min_blocks": 1}
+
+
+FEW_ROWS_WAVES, FEW_ROWS_STEPS = 3, 2
+
+
+def few_rows_guess(m: int, n: int, k: int, dtype: str, limits: DeviceLimits, sm_count: int,
+                   deterministic: bool = False, layout: str = "NN") -> Config | None:
+    """The rule's config for a product of M < MIN_FIT_SIDE rows in `layout`: the first family's
+    own (Family.few_rows_config: kernels.gemv's for float32 products of a few rows), else
+    FEW_ROWS_TILE, with K split by the rule (not split where `deterministic`); None for other
+    shapes or where it cannot run."""
+    if m >= MIN_FIT_SIDE or not sm_count:
+        return None
+    config = _family_few_rows(Product(m, n, k, dtype, layout), sm_count, deterministic)
+    if config is None:
+        splits = 1 if deterministic else wave_splits(m, n, k, FEW_ROWS_TILE, sm_count, FEW_ROWS_WAVES, FEW_ROWS_STEPS)
+        config = Config.of(*TILE_SCHEDULES.config(FEW_ROWS_TILE, splits))
+    return config if infeasibility(config.family, config.params, dtype, limits) is None else None
+
+
+def _family_few_rows(product: Product, sm_count: int, deterministic: bool) -> Config | None:
+    """The first family's own config for a product of a few rows (Family.few_rows_config), or None."""
+    for entry in kernels.FAMILIES.values():
+        params = entry.few_rows_config(product, sm_count, deterministic) if entry.few_rows_config else None
+        if params is not None:
+            return Config.of(entry.name, params)
+    return None
+
+
+#: products whose K is a few k-steps (K <= SMALL_K, both sides wider than SKINNY) and whose C makes
+#: at most SMALL_K_TILES_PER_SM of these tiles an SM: a 64x64 tile of 128 threads through
+#: registers, so that several blocks share an SM and hide the short k-loop's latency and C's
+#: stores, with BK 16 or 8, whichever pads K less (step 34; studies/step34_smallk.py at 9c578e9); a larger C is
+#: bound by its stores, which the measured table's bigger tiles make faster
+SMALL_K = 64
+
+
+SMALL_K_TILES_PER_SM = 24
+
+
+SMALL_K_TILE = {"bm": 64, "bn": 64, "tm": 8, "tn": 4, "pad": 4, "stages": 1, "unroll": True, "fragments": 1,
+                "wide_fetch": True, "async_copy": False, "min_blocks": 1}
+
+
+SMALL_K_STEPS = (16, 8)
+
+
+def small_k_guess(m: int, n: int, k: int, dtype: str, limits: DeviceLimits, sm_count: int) -> Config | None:
+    """The rule's config for a float32 product of K <= SMALL_K whose sides are both wider than
+    SKINNY and whose C fits SMALL_K_TILES_PER_SM tiles an SM: SMALL_K_TILE with the BK of
+    SMALL_K_STEPS that leaves the fewest zeros in the last k-step (the first on a tie); None for
+    other products, an unknown SM count, or where it cannot run."""
+    tiles = -(-m // SMALL_K_TILE["bm"]) * -(-n // SMALL_K_TILE["bn"])
+    if dtype != "float32" or k > SMALL_K or min(m, n) <= SKINNY or tiles > SMALL_K_TILES_PER_SM * sm_count:
+        return None
+    bk = min(SMALL_K_STEPS, key=lambda step: -k % step)
+    config = Config.of(*TILE_SCHEDULES.config({**SMALL_K_TILE, "bk": bk}))
+    return config if infeasibility(config.family, config.params, dtype, limits) is None else None
+
+
+#: stream-K blocks per SM of a tuned tile's twin (stream_twin) and of the measured table's "stream"
+#: candidates (kernels.streamk): two blocks of a tile share an SM where one would leave it
+#: latency-bound
+STREAM_WORKERS = 2
+
+
+def stream_twin(config: Config) -> Config | None:
+    """The stream-K config of the tile of a config computed whole or with K split, on
+    STREAM_WORKERS blocks per SM (Family.schedules: kernels.streamk for vector and splitk tiles);
+    None for a family whose tiles do not stream, or streamed already."""
+    entry = kernels.FAMILIES.get(config.family)
+    schedules = entry and entry.schedules
+    if not schedules or schedules.stream in (None, config.family):
+        return None
+    return Config.of(*schedules.config(schedules.tile_of(config.params), workers_per_sm=STREAM_WORKERS))
+
+
+def policy_splits(policy: str, m: int, n: int, k: int, tile: dict, sm_count: int) -> int:
+    """The K-splits SPLIT_POLICIES[policy] gives a tile at (M, N, K)."""
+    rule = SPLIT_POLICIES[policy]
+    return 1 if rule is None else wave_splits(m, n, k, tile, sm_count, *rule)
+
+
+#: the pipelines the shape rule tries, deepest first: cp.async stages, then (on GPUs without
+#: cp.async) tiles double-buffered through registers
+PIPELINES = ({"stages": 4}, {"stages": 3}, {"stages": 2}, {"stages": 2, "async_copy": False})
+
+
+def _deepest(scheduled: tuple[str, dict], dtype: str, limits: DeviceLimits) -> Config | None:
+    """The (family, params) with the deepest of PIPELINES that `limits` allow."""
+    family, params = scheduled
+    for pipeline in PIPELINES:
+        config = Config.of(family, {**params, **pipeline})
+        if infeasibility(family, config.params, dtype, limits) is None:
+            return config
+    return None

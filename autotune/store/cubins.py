@@ -1,0 +1,267 @@
+"""Compiled kernels kept on disk, so that a process launches a tuned kernel without compiling it.
+
+An entry is one file, `<key>.cubin`: MAGIC, a 4-byte header length, a JSON header, the cubin.
+The header says all a launch needs (entry name, block, tile, splits or stream-K workers, shared
+bytes, argument layout), so loading an entry needs cuda.bindings and neither numba nor the kernel
+modules (both import numba, which costs more than the whole launch). The key hashes everything that changes
+the binary: family, config, operand layout (kernels.LAYOUTS), offset width, the arguments' form,
+dtype, target architecture, the kernel sources, and the numba-cuda, NVVM and nvJitLink versions
+(launch bounds follow from the config and the sources). Entries are written atomically (a
+temporary file renamed over); one that is truncated, corrupt or holds another key reads as
+missing and is rebuilt.
+
+The source part of the key is a hash of the files of the `kernels` package, found without
+importing it and memoized by (name, mtime, size) in `sources.json`, so a load hashes nothing.
+
+The store's `shapes/` folder, which config each shape uses, is autotune.store.shapes'.
+
+Directory: MMTUNE_KERNELS, else `kernels/` in the platform's user cache dir (platformdirs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import struct
+import warnings
+from dataclasses import dataclass
+from functools import cache
+from importlib.metadata import PackageNotFoundError, version
+from importlib.util import find_spec
+from pathlib import Path
+
+from autotune.errors import StoreError
+from autotune.store.paths import store_directory, write_atomically
+from kernels import FAMILIES_VARIABLE, outside_families
+from kernels.rules import Arch, adds_into_c
+
+FORMAT = 2  # 2: cubins link-time optimized, as cuda.jit builds them (1: linked from PTX)
+
+
+MAGIC = b"MMTUNE-CUBIN\n"
+
+
+#: the arguments every family's kernel takes: A, B, C as C-contiguous 2-D arrays (9 words each)
+ARGUMENTS = {"arrays": 3, "ndim": 2, "order": "C", "words_per_array": 9, "word_bytes": 8}
+
+
+TOOLCHAIN_PACKAGES = {"numba_cuda": "numba-cuda", "nvvm": "nvidia-nvvm", "nvjitlink": "nvidia-nvjitlink"}
+
+
+def directory() -> Path:
+    return store_directory()
+
+
+def arch(cc: tuple[int, int]) -> str:
+    return Arch.of(cc).sm
+
+
+def parse_arch(text: str) -> tuple[int, int]:
+    """(9, 0) from sm_90, 90 or 9.0."""
+    try:
+        return Arch.of(text).pair
+    except ValueError:
+        raise ValueError(f"architecture must look like sm_90 or 9.0; got {text!r}") from None
+
+
+@cache
+def toolchain() -> dict:
+    """Versions of the packages that turn a kernel into a cubin ("" where one is not installed)."""
+    found = {}
+    for name, package in TOOLCHAIN_PACKAGES.items():
+        try:
+            found[name] = version(package)
+        except PackageNotFoundError:
+            found[name] = ""
+    return found
+
+
+def kernel_sources() -> list[Path]:
+    """The `kernels` package's files and those of the families MMTUNE_FAMILIES registers, found
+    without importing them (importing them imports numba)."""
+    spec = find_spec("kernels")
+    if spec is None or not spec.submodule_search_locations:
+        raise StoreError("the kernels package is not installed")
+    outside = []
+    for name in outside_families():
+        try:
+            found = find_spec(name)
+        except (ImportError, ValueError):
+            found = None
+        if found is None or not found.origin:
+            raise StoreError(f"{FAMILIES_VARIABLE} names {name!r}, which cannot be found on sys.path")
+        outside.append(Path(found.origin))
+    return sorted(Path(spec.submodule_search_locations[0]).glob("*.py")) + outside
+
+
+def source_hash(root: Path | None = None) -> str:
+    """A hash of every kernels/*.py (any change rebuilds every entry: safe, and cheap to check).
+    Files are hashed only when their mtime or size changed since the memo in sources.json."""
+    root = root or directory()
+    memo_path = root / "sources.json"
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    if not isinstance(memo, dict):
+        memo = {}
+    digests, changed = [], False
+    for path in kernel_sources():
+        stat = path.stat()
+        stamp = [stat.st_mtime_ns, stat.st_size]
+        known = memo.get(str(path))
+        if not (isinstance(known, list) and len(known) == 3 and known[:2] == stamp):
+            known = memo[str(path)] = [*stamp, hashlib.sha256(path.read_bytes()).hexdigest()]
+            changed = True
+        digests.append(f"{path.name}:{known[2]}")
+    if changed:
+        write_atomically(memo_path, json.dumps(memo, indent=1).encode())
+    return hashlib.sha256("\n".join(digests).encode()).hexdigest()[:16]
+
+
+def key_parts(family: str, config: dict, dtype: str, cc: tuple[int, int], root: Path | None = None,
+              layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> dict:
+    return {
+        "format": FORMAT, "family": family, "config": json.dumps(config, sort_keys=True), "dtype": dtype,
+        "layout": layout, "offset_bits": offset_bits, "unaligned": unaligned, "arguments": ARGUMENTS, "arch": arch(cc),
+        "source": source_hash(root), **toolchain(),
+    }
+
+
+def entry_key(parts: dict) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Entry:
+    key: str
+    header: dict
+    cubin: bytes
+
+    @property
+    def name(self) -> str:
+        return self.header["entry"]
+
+    @property
+    def block(self) -> tuple[int, ...]:
+        return tuple(self.header["block"])
+
+    @property
+    def tile(self) -> tuple[int, int]:
+        return tuple(self.header["tile"])
+
+    @property
+    def splits(self) -> int:
+        return self.header["splits"]
+
+    @property
+    def workers_per_sm(self) -> int:
+        """Stream-K blocks per SM (kernels.streamk); 0 for a block per tile."""
+        return self.header.get("workers_per_sm", 0)
+
+    @property
+    def adds(self) -> bool:
+        """Whether the kernel adds into C, which must be zeroed first (kernels.base.Kernel.adds)."""
+        return adds_into_c(self.header)
+
+    @property
+    def dynamic_shared(self) -> int:
+        return self.header["dynamic_shared"]
+
+
+def encode(entry: Entry) -> bytes:
+    header = json.dumps({**entry.header, "key": entry.key}, sort_keys=True).encode()
+    return MAGIC + struct.pack(">I", len(header)) + header + entry.cubin
+
+
+def decode(data: bytes) -> Entry | None:
+    """The entry in `data`, or None if it is not a whole, well-formed entry."""
+    if not data.startswith(MAGIC) or len(data) < len(MAGIC) + 4:
+        return None
+    (size,) = struct.unpack(">I", data[len(MAGIC):len(MAGIC) + 4])
+    start = len(MAGIC) + 4
+    try:
+        header = json.loads(data[start:start + size])
+    except ValueError:
+        return None
+    cubin = data[start + size:]
+    if not isinstance(header, dict) or not cubin or header.get("cubin_sha256") != hashlib.sha256(cubin).hexdigest():
+        return None
+    key = header.pop("key", None)
+    if not isinstance(key, str) or entry_key(header.get("parts", {})) != key:
+        return None
+    return Entry(key, header, cubin)
+
+
+def path_of(key: str, root: Path | None = None) -> Path:
+    return (root or directory()) / f"{key}.cubin"
+
+
+def read(parts: dict, root: Path | None = None) -> Entry | None:
+    """The stored entry for `parts`, or None: missing, corrupt, or another key's (foreign)."""
+    key = entry_key(parts)
+    try:
+        data = path_of(key, root).read_bytes()
+    except OSError:
+        return None
+    entry = decode(data)
+    if entry is None or entry.key != key or entry.header.get("parts") != parts:
+        return None
+    return entry
+
+
+def write(entry: Entry, root: Path | None = None) -> Path:
+    path = path_of(entry.key, root)
+    write_atomically(path, encode(entry))
+    return path
+
+
+def build(family: str, config: dict, dtype: str, cc: tuple[int, int], root: Path | None = None,
+          layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Entry:
+    """Compile (no GPU needed: NVVM, then nvJitLink) and describe one kernel; imports numba."""
+    import kernels
+    from kernels.resources import link, ltoir, parse_report
+
+    parts = key_parts(family, config, dtype, cc, root, layout, offset_bits, unaligned)
+    kernel = kernels.build(family, config, dtype, layout, offset_bits, unaligned)
+    try:
+        code = ltoir(kernel, cc)
+        cubin, log = link(code, cc, family)
+        text = link(code, cc, family, output="ptx")[0].decode()  # names the entry the cubin holds
+    except Exception as error:  # NVVM, nvJitLink and Numba's typing raise many kinds
+        raise StoreError(f"{family} {parts['config']} does not compile for {arch(cc)}: {error}") from None
+    name, params = entry_parameters(text)
+    words = ARGUMENTS["arrays"] * ARGUMENTS["words_per_array"]
+    if len(params) != words or any(p != ".u64" for p in params):
+        raise StoreError(f"{family} kernel takes parameters {params}, not the {words} 8-byte words of {ARGUMENTS}")
+    resources = parse_report(log, cc)
+    header = {
+        "parts": parts, "entry": name, "block": list(kernel.block), "tile": list(kernel.tile),
+        "splits": kernel.splits, "workers_per_sm": kernel.workers_per_sm, "launch_bounds": list(kernel.launch_bounds),
+        "dynamic_shared": kernel.dynamic_shared,
+        "static_shared": resources.shared_bytes, "registers": resources.registers,
+        "cubin_sha256": hashlib.sha256(cubin).hexdigest(),
+    }
+    return Entry(entry_key(parts), header, cubin)
+
+
+def entry_parameters(ptx_text: str) -> tuple[str, list[str]]:
+    """(entry name, parameter types) of the one `.entry` in a module's PTX."""
+    match = re.search(r"\.entry\s+(\S+)\s*\((.*?)\)", ptx_text, re.S)
+    if match is None:
+        raise StoreError("no .entry in the kernel's PTX")
+    return match.group(1), re.findall(r"\.param\s+(\.\w+)", match.group(2))
+
+
+def get(family: str, config: dict, dtype: str, cc: tuple[int, int], root: Path | None = None,
+        layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Entry:
+    """The stored entry, built and stored first if missing, corrupt or foreign."""
+    entry = read(key_parts(family, config, dtype, cc, root, layout, offset_bits, unaligned), root)
+    if entry is None:
+        entry = build(family, config, dtype, cc, root, layout, offset_bits, unaligned)
+        try:
+            write(entry, root)
+        except OSError as error:
+            warnings.warn(f"mmtune: cannot write to the kernel store: {error}", stacklevel=2)
+    return entry

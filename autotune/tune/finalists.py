@@ -1,0 +1,111 @@
+"""The end of a tune: the best distinct configs re-timed with more launches; the fastest wins.
+
+Each finalist's result is kept in the study (a user attribute per config, with the source hash it
+was measured on) as soon as it is measured, so a tune killed while re-timing picks up where it
+stopped: a rerun re-times only the finalists without a result for today's code.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import optuna
+from optuna.trial import TrialState
+
+import kernels
+from autotune.errors import InfrastructureFailure
+from autotune.measure.measurement import versions
+from autotune.space.encoding import config_of
+from kernels.contract import Config
+
+FINALISTS = 3
+FINAL_LAUNCHES = 50
+ATTR_PREFIX = "final:"
+
+
+def finalists(study: optuna.Study, count: int = FINALISTS) -> list[Config]:
+    """The `count` fastest distinct configs of the study's complete trials."""
+    done = sorted(
+        (t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value is not None),
+        key=lambda t: t.value, reverse=True,
+    )
+    chosen: list[Config] = []
+    for trial in done:
+        config = config_of(trial.params)
+        if config not in chosen:
+            chosen.append(config)
+        if len(chosen) == count:
+            break
+    return chosen
+
+
+def pending(study: optuna.Study) -> list[Config]:
+    """Finalists still to re-time on today's code."""
+    return [c for c in finalists(study) if _result(study, c) is None]
+
+
+def retime(study: optuna.Study, measurer, shape, dtype: str, seed: int | None, on_done=None,
+           lock: str | None = None, layout: str = "NN") -> None:
+    """Re-time every pending finalist, keeping each result in the study as it comes. A measurer
+    that can `fork` (autotune.measure.isolation.Isolated) re-times them at once, one child each: they
+    compile in parallel and time one at a time, holding `lock`."""
+    configs = pending(study)
+    fork = getattr(measurer, "fork", None)
+    measurers = [measurer] + ([fork() for _ in configs[1:]] if fork else [])
+    jobs = [(config, measurers[i % len(measurers)], np.random.default_rng([seed or 0, len(study.get_trials(deepcopy=False)), 1, i]))
+            for i, config in enumerate(configs)]
+    try:
+        if len(measurers) == 1:
+            for job in jobs:
+                _retime_one(study, *job, shape, dtype, lock, on_done, layout)
+        else:
+            with ThreadPoolExecutor(len(measurers)) as pool:
+                for done in [pool.submit(_retime_one, study, *job, shape, dtype, lock, on_done, layout) for job in jobs]:
+                    done.result()
+    finally:
+        for forked in measurers[1:]:
+            forked.close()
+
+
+def _retime_one(study: optuna.Study, config: Config, measurer, rng, shape, dtype: str, lock, on_done,
+                layout: str = "NN") -> None:
+    try:
+        kernel = kernels.build_for(config.family, config.params, dtype, shape, layout)
+        result = measurer(kernel, *shape, rng, repeat=FINAL_LAUNCHES, lock=lock)
+        record = {"ok": result.verification.ok}
+        if result.verification.ok:
+            record.update(gflops=result.gflops, median_ms=result.timing.median_ms, spread=result.timing.spread)
+    except InfrastructureFailure:  # not the config's fault: a rerun re-times it
+        raise
+    except Exception as error:  # it ran in its trial; if it cannot now, it cannot win
+        record = {"ok": False, "error": f"{type(error).__name__}: {error}"[:500]}
+    record["source_hash"] = kernels.source_hash(config.family)
+    study.set_user_attr(ATTR_PREFIX + config.key, record)
+    if on_done is not None:
+        on_done()
+
+
+def winner_row(study: optuna.Study, shape, dtype: str, device: dict, layout: str = "NN") -> dict | None:
+    """The cache row of the fastest re-timed finalist, or None if none verified."""
+    timed = [(config, _result(study, config)) for config in finalists(study)]
+    timed = [(config, result) for config, result in timed if result and result["ok"]]
+    if not timed:
+        return None
+    config, result = max(timed, key=lambda entry: entry[1]["gflops"])
+    return {
+        **device, "dtype": dtype, "m": shape[0], "n": shape[1], "k": shape[2], "layout": layout,
+        "family": config.family, "params": config.params, "precision": kernels.family(config.family).precision,
+        "gflops": result["gflops"],
+        "median_ms": result["median_ms"], "spread": result["spread"],
+        **{k: v for k, v in versions().items() if k != "python"},
+        "source_hash": result["source_hash"],
+    }
+
+
+def _result(study: optuna.Study, config: Config) -> dict | None:
+    """The finalist's kept result, if it was measured on today's code."""
+    record = study.user_attrs.get(ATTR_PREFIX + config.key)
+    if record is None or record.get("source_hash") != kernels.source_hash(config.family):
+        return None
+    return record

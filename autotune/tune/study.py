@@ -1,0 +1,176 @@
+"""The Optuna study of one (device, dtype, shape): created or resumed, checked, warm-started.
+
+A study is resumed only over the space it was searched with: its name carries a hash of the
+families' spaces, so after an upgrade that changes them `mmtune tune` starts a new study beside
+the old one instead of refusing it. Trials whose process died are failed; a new study is queued
+the shape rule's configs, the bests of the nearest tuned shapes and then each family's default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+
+import optuna
+from optuna.trial import TrialState
+
+import kernels
+from autotune.errors import SpaceMismatch
+from autotune.select.neighbours import ranked
+from autotune.space.configs import default_config, infeasibility
+from autotune.space.encoding import distributions, trial_params
+from autotune.space.guesses import few_rows_guess, shape_guesses, small_k_guess, stream_twin
+from autotune.store.cache import Cache, nearest_rows
+from autotune.store.records import closest_table, measured_tables, shipped_rows
+from autotune.tune.storage import masked, reap_dead_trials, setup_lock
+from kernels.contract import Config
+
+WARM_START_SHAPES = 3
+#: the nearest tuned configs whose tiles a cold study also tries streamed (autotune.space.guesses.stream_twin)
+STREAM_TWINS = 2
+#: the measured table's best candidates for the shape that a cold study tries early
+MEASURED_GUESSES = 4
+MEASURED = (TrialState.COMPLETE, TrialState.FAIL)
+#: user attribute of a trial that failed for the machinery's sake, not its config's
+#: (errors.InfrastructureFailure): it is no measured trial, and its config may be tried again
+INFRASTRUCTURE = "infrastructure"
+OWNER = f"{socket.gethostname()}:{os.getpid()}"  # who runs a trial: to tell abandoned ones
+
+
+SPACE_TAG = ":space-"
+
+
+def study_name(device: str, dtype: str, m: int, n: int, k: int, layout: str = "NN",
+               precision: str | None = None) -> str:
+    """mmtune:DEVICE:DTYPE:MxNxK, :LAYOUT after it for operands in another layout than NN,
+    :PRECISION for a study of a precision that leaves families out (TuneRequest.study_precision),
+    then :space-HASH (space_hash)."""
+    return (f"mmtune:{device}:{dtype}:{m}x{n}x{k}" + ("" if layout == "NN" else f":{layout}")
+            + ("" if precision is None else f":{precision}") + SPACE_TAG + space_hash())
+
+
+def space_hash() -> str:
+    """A short hash of every family's search space, which Optuna cannot mix within a study."""
+    spaces = {name: family.space for name, family in kernels.FAMILIES.items()}
+    return hashlib.sha256(json.dumps(spaces, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def open_study(storage, spec: str, name: str, sampler, cache: Cache, device: str, dtype: str, shape, families,
+               limits, sm_count: int = 0, cc: str | None = None, layout: str = "NN") -> optuna.Study:
+    """Create or resume the study; a new one is warm-started. Tuners started together on one
+    shape take turns here (a file lock beside the cache; on PostgreSQL an advisory lock, which
+    holds across hosts): Optuna's enqueue_trial may queue a config twice when processes call it
+    at the same time."""
+    with setup_lock(spec, name, cache.path.parent):
+        study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="maximize",
+                                    load_if_exists=True)
+        check_space(study, families, spec)
+        fail_abandoned_trials(study, optuna.storages.get_storage(storage))
+        reap_dead_trials(study)
+        if not study.trials:
+            study.set_user_attr("shape", list(shape))
+            study.set_user_attr("dtype", dtype)
+            for config in warm_start(cache, device, dtype, shape, families, limits, sm_count, cc, layout):
+                study.enqueue_trial(trial_params(config), skip_if_exists=True)
+    return study
+
+
+def check_space(study: optuna.Study, families: list[str], spec: str) -> None:
+    """Refuse to resume a study searched over another space: Optuna cannot mix them. A trial that
+    another worker is running may hold only the parameters suggested so far."""
+    expected = distributions(families)
+    for trial in study.get_trials(deepcopy=False):
+        family = trial.params.get("family")
+        if family is None:  # waiting in the queue, or failed before its first suggestion
+            continue
+        wanted = {"family"} | {name for name in expected if name.startswith(f"{family}.")}
+        names = set(trial.distributions)
+        complete = names <= wanted if trial.state == TrialState.RUNNING else names == wanted
+        if not complete or any(expected.get(n) != d for n, d in trial.distributions.items()):
+            raise SpaceMismatch(
+                f"study {study.study_name!r} in {masked(spec)} was searched over other families (other --family "
+                f"options, their order, or those this GPU runs); resume it with the same families, or start afresh "
+                f"with --storage PATH"
+            )
+
+
+def measured_trials(study: optuna.Study) -> list:
+    """Trials that ran a config for the first time to a verdict (complete, or failed with its
+    reason): what --trials counts. A trial whose process died has none: it was failed as
+    abandoned here, or by the RDB heartbeat reaper (autotune.tune.storage)."""
+    return [
+        t for t in study.get_trials(deepcopy=False, states=MEASURED)
+        if "repeat_of" not in t.user_attrs and (t.state == TrialState.COMPLETE or "error" in t.user_attrs)
+    ]
+
+
+def fail_abandoned_trials(study: optuna.Study, storage) -> int:
+    """Mark FAIL the RUNNING trials whose process on this host has ended (killed, say): journal
+    storage has no heartbeat to do it. Returns how many."""
+    host = socket.gethostname()
+    abandoned = 0
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        owner_host, _, pid = trial.user_attrs.get("owner", "").rpartition(":")
+        if owner_host == host and pid.isdigit() and not _alive(int(pid)):
+            storage.set_trial_user_attr(trial._trial_id, "abandoned", f"process {pid} ended during the trial")
+            storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+            abandoned += 1
+    return abandoned
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def warm_start(cache: Cache, device: str, dtype: str, shape, families: list[str], limits,
+               sm_count: int = 0, cc: str | None = None, layout: str = "NN") -> list[Config]:
+    """The config lookup's rules give a product of a few rows or a short K in `layout`
+    (autotune.space.guesses.few_rows_guess, small_k_guess), the configs the shape rule picks for skinny and
+    few-tile shapes (autotune.space.guesses.shape_guesses), the
+    measured table's MEASURED_GUESSES best candidates for the shape (measured_guesses), the
+    bests of the nearest tuned shapes, the first STREAM_TWINS of them also as stream-K twins
+    (autotune.space.guesses.stream_twin) after the first (cached, then shipped; then shipped for other GPU models of
+    compute capability `cc`, which lookup serves this one until it has rows of its own), then the
+    default config of each family searched, best guess first (kernels.FAMILIES order). Workers
+    starting together climb from the first queued config (autotune.tune.samplers), so it should be the
+    best guess."""
+    tuned = cache.nearest(device, dtype, *shape, WARM_START_SHAPES)
+    tuned += nearest_rows(shipped_rows(device, dtype), shape, WARM_START_SHAPES)
+    if cc:
+        kin = [row for row in shipped_rows(None, dtype) if row["device"] != device and row.get("cc") == cc]
+        tuned += nearest_rows(kin, shape, WARM_START_SHAPES)
+    rules = [few_rows_guess(*shape, dtype, limits, sm_count, layout=layout), small_k_guess(*shape, dtype, limits, sm_count)]
+    candidates = [config for config in rules if config is not None]
+    candidates += shape_guesses(*shape, dtype, limits, sm_count, cc) if sm_count else []
+    candidates += measured_guesses(device, cc, dtype, shape, sm_count, limits)
+    nearest = [Config.of(row["family"], row["params"]) for _, row in tuned]
+    candidates += nearest[:1] + [twin for twin in map(stream_twin, nearest[:STREAM_TWINS]) if twin] + nearest[1:]
+    candidates += [Config.of(f, default_config(f)) for f in kernels.FAMILIES if f in families]
+    chosen = []
+    for config in candidates:
+        if (config.family in families and config not in chosen
+                and infeasibility(config.family, config.params, dtype, limits) is None):
+            chosen.append(config)
+    return chosen
+
+
+def measured_guesses(device: str, cc: str | None, dtype: str, shape, sm_count: int, limits) -> list[Config]:
+    """The MEASURED_GUESSES candidates that the measured table of the GPU closest to this one
+    (records.closest_table: this model, its architecture, else another) rates best for the shape
+    (autotune.select.neighbours), as lookup picks from it; `limits` (space.GpuLimits) keep out the
+    instructions this GPU lacks."""
+    found = closest_table(measured_tables(), dtype, device, cc or "", sm_count)
+    if found is None or not sm_count:
+        return []
+    table = found[1]
+    picks = ranked(table, *shape, sm_count, count=MEASURED_GUESSES,
+                   feasible=lambda family, params: infeasibility(family, params, dtype, limits) is None)
+    return [Config.of(pick.family, pick.config) for pick in picks]

@@ -1,0 +1,707 @@
+"""The measured table behind lookup's choice for shapes nobody tuned, and the shipped records: timed
+on a GPU, and rebuilt from the study data in studies/ on any machine.
+
+Rebuild (CPU, a few seconds): the shipped files of autotune/data from the study data that made
+them, step by step as SHIPPED lists it:
+
+    python3 studies/table.py rebuild --out autotune/data      # writes measured/ and records/ there
+    python3 studies/table.py rebuild --check                   # exit 1 unless it matches autotune/data
+    python3 studies/table.py rebuild --out DIR --loo           # also each table step's leave-one-out
+
+A change to the shipped data is a new step at the end of SHIPPED (the study files it reads
+committed under studies/), then `rebuild --out autotune/data`; tests/test_dataset.py checks that
+the rebuild gives autotune/data byte for byte.
+
+Measure (GPU; each writes its JSON after every shape; --part I/N times every N-th shape from the
+I-th, so that the work can span device calls sharing one --store; `studies/gpu.sh` runs them):
+
+    python3 studies/table.py measure --out PART.json --seeds 2222 4444 5555 6666 7777 --count 20 \
+        --skinny 7 --skinny-count 24 [--part 0/2] [--shapes 1500x1500x1500 ...] [--dry]
+    python3 studies/table.py retime --changed stream|unaligned|unaligned-c --out PART.json [--part 0/2]
+    python3 studies/table.py records --out FILE.json [--dtype float32] [--label L]
+    python3 studies/table.py jobs JOBS.json --out FILE.json
+
+`measure` (steps 24 and 25): at each training shape (--shapes, autotune.bench.peers.seeded_shapes
+for each of --seeds, and --skinny-count skinny shapes drawn with seed --skinny; none of the bench's
+suites) every candidate: a tile (the shipped float32 NN records', the shape rule's SKINNY_TILE and
+FEW_TILE with its pipeline, and at skinny shapes SKINNY_VARIANTS) and a policy
+(autotune.select.neighbours.POLICIES), fitted and split there (config_for); candidates that come to
+the same config are one job; lookup's own pick is timed too. The table keeps its tile list.
+
+`retime` (steps 30-32): some of the shipped table's candidates timed again, with the best of the
+shape's other candidates (whose code did not change) as an anchor, so that its speed in the table
+over its speed now scales the new speeds onto the table's (the `anchored` step of SHIPPED). What
+--changed names: `stream`, every tile streamed (STREAM_WORKERS blocks per SM) at every shape;
+`unaligned`, at shapes with N or K not a multiple of 4 the candidates that fetch 16 bytes through
+registers (wide_fetch without async_copy); `unaligned-c`, at shapes with N not a multiple of 4 the
+candidates that add into C (K split or streamed) and ran within --within of the shape's best.
+
+`records` (steps 23-25, A/B of kernel code): every shipped NN record's config at its shape. `jobs`:
+any list of jobs ({"family", "params", "dtype", "shape", optional "layout", "source"}) at their shapes.
+
+How a job is timed (step 23): every distinct kernel is built into a kernel store (--store, default a
+temporary directory) by --jobs processes at once (compiling needs no GPU); then each job is launched
+through the driver plan `matmul` uses (autotune.call.front.entry_plan) on PyTorch tensors, checked
+against float64 rows of the product, and timed by CUDA events around a CUDA graph of launches
+(autotune.bench.peers.TorchDevice), next to torch.matmul (cuBLAS, TF32 off) on the same tensors. The
+kernels are those `import kernels` finds: put an older copy first on PYTHONPATH (and give it its own
+--store) to time older code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import gzip
+import json
+import lzma
+import math
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+STUDIES = Path(__file__).resolve().parent
+DATA = STUDIES.parent / "autotune" / "data"
+ARCH = (9, 0)
+SM_COUNT = 132
+SAMPLES = 5
+
+# -- the shipped data, step by step ----------------------------------------------------------------
+#
+# Per shipped file (autotune/data/<kind>/<gpu>.json), the steps that make it, in order, each with
+# the commit that shipped it (on main) and the study files it reads (under studies/).
+#
+# The measured table: `table` makes it from measured parts (autotune.select.neighbours.table_of);
+# `anchored` puts a `retime` run's speeds into it, each shape's scaled by its anchor, and its
+# kernels' source hashes under `field`; `feasible` drops the candidates that autotune's space no
+# longer admits at a shape (autotune.space.configs.infeasibility), as lookup passes them over.
+#
+# The records: `promote` takes a file's rows (`only` those shapes, or all but those `except` names,
+# where `mmtune promote` kept the records' faster row for the others), each over the row of its key (autotune.store.cache.row_key)
+# from earlier steps; `relabel` gives every row of a family the source hash a later commit gave it
+# after studies/ptx_same.py found its sm_90 PTX unchanged. The result is written as
+# `mmtune promote` writes a records file (autotune.store.records.promote).
+
+SHIPPED = {
+    "measured/nvidia-h200.json": [
+        {"step": "table", "commit": "9494194",
+         "what": "step 25: every candidate at 124 training shapes on the step-25 kernels",
+         "parts": ["h200/step25/table-0of2.json.xz", "h200/step25/table-1of2.json.xz"]},
+        {"step": "anchored", "commit": "6f91338", "field": "stream_kernels",
+         "what": "step 30: every tile streamed at every shape",
+         "parts": ["h200/step30/table/table-0of2.json.xz", "h200/step30/table/table-1of2.json.xz"]},
+        {"step": "feasible", "commit": "1a320c7",
+         "what": "stream-K's restriction counts shared memory: 75 measurements of candidates that no longer pass"},
+        {"step": "anchored", "commit": "479cdc3", "field": "unaligned_kernels",
+         "what": "step 31: candidates fetching through registers, at the 68 shapes with unaligned rows",
+         "parts": ["h200/step31/table/table-0of2.json.xz", "h200/step31/table/table-1of2.json.xz"]},
+        {"step": "anchored", "commit": "90ddf49", "field": "unaligned_c_kernels",
+         "what": "step 32: candidates adding into C, at the 56 shapes with unaligned C",
+         "parts": ["h200/step32/table/table-0of2.json.xz", "h200/step32/table/table-1of2.json.xz"]},
+    ],
+    "records/nvidia-h200.json": [
+        {"step": "promote", "commit": "9494194", "file": "h200/step25/retimed.json.xz",
+         "what": "step 25: all 34 records re-timed on the step-25 kernels"},
+        {"step": "promote", "commit": "9494194", "file": "h200/step25/tune/tuned.json.xz",
+         "only": ["1280x1280x1280", "16384x64x16384"], "what": "step 25: four shapes tuned again"},
+        {"step": "promote", "commit": "80b4a0f", "file": "h200/step27/tune/tuned.json",
+         "what": "step 27: eight float64 shapes tuned on the dmma family"},
+        {"step": "promote", "commit": "80b4a0f", "file": "h200/step27/tune8192/tuned.json",
+         "what": "step 27: float64 8192^3 tuned"},
+        {"step": "promote", "commit": "a0f627a", "file": "h200/step28/tune/retimed.json",
+         "except": ["1024x1024x1024@float32"],
+         "what": "step 28: eight float32 shapes tuned, the stale records re-timed (1024^3 float32 kept its row)"},
+        {"step": "promote", "commit": "6f91338", "file": "h200/step30/tune/tuned.json",
+         "only": ["64x4096x16384", "257x5003x1031", "1000x1000x1000", "1024x1024x1024"],
+         "what": "step 30: seven shapes tuned with stream-K, four promoted"},
+        {"step": "promote", "commit": "aaf733c", "file": "h200/step31/tune/tuned.json", "only": ["257x5003x1031"],
+         "what": "step 31: the three unaligned wide-suite shapes tuned, one promoted"},
+        {"step": "promote", "commit": "90ddf49", "file": "h200/step32/tune/tuned.json",
+         "what": "step 32: the three unaligned wide-suite shapes tuned, all promoted"},
+        {"step": "promote", "commit": "9c578e9", "file": "h200/step35/rows.json",
+         "what": "step 35: the seven tf32x3 rows re-timed, FFMA rows tuned at their shapes"},
+        {"step": "relabel", "commit": "9c578e9",
+         "hashes": {"dmma": "92a2f9cb3c20600d", "splitk": "024e9be007ffe58e", "streamk": "1a82cd700f036fbe",
+                    "tf32x3": "5730437b47257c87", "vector": "e861213c0d10400a"},
+         "what": "the records' sm_90 PTX unchanged since they were timed (studies/ptx_same.py; also "
+                 "re-labelled so in 6f91338, 1a320c7, 479cdc3, 90ddf49, 5edb96e)"},
+        {"step": "relabel", "commit": "step 36 (issue 38)",
+         "hashes": {"dmma": "6a57709fa72b5733", "splitk": "6ed1b233e63c12f5", "streamk": "5f8a8fd988161645",
+                    "tf32x3": "d61c556e72e71093", "vector": "46c18dbcbf6be0a5"},
+         "what": "the kernels package split into modules (rules, contract, registry, ptx, simulated, the "
+                 "families' spaces) with the same sm_90 PTX for all 41 records (studies/ptx_same.py)"},
+    ],
+}
+
+
+def read_json(path: Path):
+    """A JSON file, xz- or gzip-compressed if its name says so."""
+    opener = {".xz": lzma.open, ".gz": gzip.open}.get(path.suffix)
+    return json.loads(opener(path, "rt").read() if opener else path.read_text())
+
+
+def built_table(steps: list[dict], root: Path, loo: bool = False) -> str:
+    """The measured table the steps make, as shipped (autotune.select.neighbours.dumps)."""
+    from autotune.select.neighbours import dumps, table_of
+
+    table = None
+    for step in steps:
+        parts = [read_json(root / name) for name in step.get("parts", ())]
+        if step["step"] == "table":
+            if any(p["tiles"] != parts[0]["tiles"] or p["kernels"] != parts[0]["kernels"] for p in parts):
+                raise SystemExit(f"{step['commit']}: the parts were measured with other candidates or kernel code")
+            table = table_of({**parts[0], "shapes": [s for p in parts for s in p["shapes"]]}, "9.0", SM_COUNT)
+        elif step["step"] == "anchored":
+            anchored(table, parts, step["field"])
+        elif step["step"] == "feasible":
+            feasible(table)
+        else:
+            raise SystemExit(f"unknown table step {step['step']}")
+        if loo:
+            print(f"  {step['commit']} {step['step']}: {loo_summary(table)}")
+    return dumps(table)
+
+
+def anchored(table: dict, parts: list[dict], field: str) -> list[float]:
+    """Replace the table's speeds of the parts' candidates, each shape's scaled by its anchor (the
+    table's speed of the anchor over its speed in the part); the parts' kernel hashes go into
+    `field`. Returns the scales."""
+    measured = {tuple(entry["shape"]): entry["jobs"] for part in parts for entry in part["shapes"]}
+    scales = []
+    for shape in table["shapes"]:
+        jobs = measured.get((shape["m"], shape["n"], shape["k"]))
+        anchor = next((j for j in jobs or () if j.get("anchor") and j.get("gflops")), None)
+        if anchor is None:
+            continue
+        scale = shape["gflops"][anchor["anchor"]] / anchor["gflops"]
+        scales.append(scale)
+        for job in jobs:
+            for name in job["candidates"] if job.get("gflops") else ():
+                shape["gflops"][name] = round(job["gflops"] * scale, 1)
+    table[field] = parts[0]["kernels"]
+    return scales
+
+
+def feasible(table: dict) -> None:
+    """Drop the speeds of candidates whose config at a shape autotune's space does not admit."""
+    from autotune.space.configs import DeviceLimits, infeasibility
+
+    limits = DeviceLimits.for_cc(table["cc"])
+    for shape in table["shapes"]:
+        shape["gflops"] = {
+            name: speed for name, speed in shape["gflops"].items()
+            if infeasibility(*candidate_config(table, name, shape), "float32", limits) is None}
+
+
+def candidate_config(table: dict, name: str, shape: dict) -> tuple[str, dict]:
+    """The (family, params) of the table's candidate `name` ("<tile index>:<policy>") at `shape`."""
+    from autotune.select.neighbours import config_for
+
+    index, policy = name.split(":")
+    return config_for(table["tiles"][int(index)], policy, shape["m"], shape["n"], shape["k"], table["sm_count"])
+
+
+def loo_summary(table: dict) -> str:
+    from autotune.select.neighbours import leave_one_out
+
+    rows = leave_one_out(table, table["sm_count"])
+    mean = {key: math.exp(sum(math.log(r[key]) for r in rows) / len(rows)) for key in ("of_best", "vs_cublas")}
+    oracle = math.exp(sum(math.log(max(s["gflops"].values()) / s["cublas_gflops"]) for s in table["shapes"])
+                      / len(table["shapes"]))
+    low = sum(r["vs_cublas"] < 0.75 for r in rows)
+    return (f"{len(table['shapes'])} shapes, {len(table['tiles'])} tiles; best candidate {oracle:.3f}x cuBLAS; "
+            f"leave-one-out pick {mean['of_best']:.3f} of the best, {mean['vs_cublas']:.3f}x cuBLAS, "
+            f"{low} shapes below 0.75x")
+
+
+def shape_name(row: dict) -> str:
+    return f"{row['m']}x{row['n']}x{row['k']}"
+
+
+def taken(row: dict, step: dict) -> bool:
+    """Whether a promote step takes `row`: all rows, or `only` those named, or all but those
+    `except` names (a shape, or shape@dtype)."""
+    names = {shape_name(row), f"{shape_name(row)}@{row['dtype']}"}
+    return bool(names & set(step.get("only", names))) and not names & set(step.get("except", ()))
+
+
+def built_records(steps: list[dict], root: Path, out: Path) -> None:
+    """Write the records the steps make to `out` (a new file), as `mmtune promote` writes them."""
+    from autotune.store.cache import decode, row_key
+    from autotune.store.records import promote
+
+    rows: dict[tuple, dict] = {}
+    for step in steps:
+        if step["step"] == "promote":
+            for row in read_json(root / step["file"]):
+                if taken(row, step):
+                    rows[row_key(row)] = decode(row)
+        elif step["step"] == "relabel":
+            for row in rows.values():
+                row["source_hash"] = step["hashes"].get(row["family"], row["source_hash"])
+        else:
+            raise SystemExit(f"unknown records step {step['step']}")
+    out.unlink(missing_ok=True)
+    promote(list(rows.values()), out)
+
+
+def rebuild(out: Path, loo: bool = False) -> list[Path]:
+    """Write every file of SHIPPED under `out`; returns their paths."""
+    written = []
+    for name, steps in SHIPPED.items():
+        path = out / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if name.startswith("measured/"):
+            if loo:
+                print(name)
+            path.write_text(built_table(steps, STUDIES, loo))
+        else:
+            built_records(steps, STUDIES, path)
+        written.append(path)
+    return written
+
+
+def rebuild_main(args: argparse.Namespace) -> int:
+    if args.check or args.out is None:
+        with tempfile.TemporaryDirectory(prefix="mmtune-rebuild-") as directory:
+            return compare(rebuild(Path(directory), args.loo), Path(directory))
+    for path in rebuild(Path(args.out), args.loo):
+        print(f"wrote {path}")
+    return 0
+
+
+def compare(paths: list[Path], root: Path) -> int:
+    differ = [p.relative_to(root) for p in paths if not filecmp.cmp(p, DATA / p.relative_to(root), shallow=False)]
+    for name in differ:
+        print(f"differs from autotune/data: {name}")
+    print(f"{len(paths) - len(differ)} of {len(paths)} shipped files rebuilt byte for byte")
+    return 1 if differ else 0
+
+
+# -- jobs ------------------------------------------------------------------------------------------
+
+#: more tiles for skinny shapes, before fitting: the long side at 64, 128 and 256, BK 16 and 32
+SKINNY_VARIANTS = [
+    {"bm": 128, "bn": 128, "bk": 16, "tm": 8, "tn": 8},
+    {"bm": 64, "bn": 64, "bk": 32, "tm": 4, "tn": 4},
+    {"bm": 256, "bn": 256, "bk": 16, "tm": 8, "tn": 8},
+    {"bm": 128, "bn": 128, "bk": 32, "tm": 4, "tn": 4},
+]
+CHANGED = ("stream", "unaligned", "unaligned-c")
+
+
+def tile_of(params: dict) -> dict:
+    return {k: v for k, v in params.items() if k != "splits"}
+
+
+def job(family: str, params: dict, dtype: str, shape: tuple, source: str) -> dict:
+    return {"family": family, "params": params, "dtype": dtype, "shape": list(shape), "source": source,
+            "tile": json.dumps(tile_of(params), sort_keys=True) if family in ("vector", "splitk") else None,
+            "policy": "split" if params.get("splits", 1) > 1 else "whole"}
+
+
+def record_jobs(dtype: str | None) -> list[dict]:
+    from autotune.store.records import shipped_rows
+
+    return [job(r["family"], r["params"], r["dtype"], (r["m"], r["n"], r["k"]), "record")
+            for r in shipped_rows(None, dtype) if (r.get("layout") or "NN") == "NN"]
+
+
+def skinny_shapes(seed: int, count: int) -> list[tuple[int, int, int]]:
+    """`count` skinny shapes: the short side log-uniform in 1..SKINNY, the others in SIZE_RANGE,
+    the short side M or N by turns."""
+    from autotune.bench.peers import SIZE_RANGE
+    from autotune.space.guesses import SKINNY
+
+    rng = random.Random(seed)
+    low, high = SIZE_RANGE
+    shapes = []
+    while len(shapes) < count:
+        short = round(SKINNY ** rng.random())
+        long_side, k = (round(low * (high / low) ** rng.random()) for _ in range(2))
+        shape = (short, long_side, k) if len(shapes) % 2 == 0 else (long_side, short, k)
+        if shape not in shapes:
+            shapes.append(shape)
+    return shapes
+
+
+def candidate_tiles() -> tuple[list[dict], int]:
+    """The candidate tiles (the shipped records', then the rule's, then SKINNY_VARIANTS) and how
+    many of them, from the start, every shape tries."""
+    from autotune.space.guesses import FEW_TILE, PIPELINE, SKINNY_TILE
+    from autotune.store.records import shipped_rows
+
+    tiles = []
+    for row in shipped_rows(None, "float32"):
+        if (row.get("layout") or "NN") == "NN" and row["family"] in ("vector", "splitk"):
+            tile = tile_of(row["params"])
+            if tile not in tiles:
+                tiles.append(tile)
+    for extra in (SKINNY_TILE, FEW_TILE):
+        tile = {**PIPELINE, **extra}
+        if tile not in tiles:
+            tiles.append(tile)
+    everywhere = len(tiles)
+    return tiles + [{**PIPELINE, **v} for v in SKINNY_VARIANTS], everywhere
+
+
+def training_jobs(shapes: list[tuple], tiles: list[dict], everywhere: int) -> list[dict]:
+    from autotune.backends import Device
+    from autotune.select.lookup import lookup
+    from autotune.select.neighbours import POLICIES, candidate_name, config_for
+    from autotune.space.configs import DeviceLimits, infeasibility
+    from autotune.space.guesses import SKINNY
+    from kernels.base import Config
+
+    limits = DeviceLimits.for_cc("9.0")
+    device = Device("NVIDIA H200", "9.0", SM_COUNT)
+    jobs = []
+    for shape in shapes:
+        found: dict[str, dict] = {}
+        tried = len(tiles) if min(shape[:2]) <= SKINNY else everywhere
+        for index, tile in enumerate(tiles[:tried]):
+            for policy in POLICIES:
+                family, params = config_for(tile, policy, *shape, SM_COUNT)
+                if infeasibility(family, params, "float32", limits) is not None:
+                    continue  # lookup passes it over too
+                key = Config.of(family, params).key
+                found.setdefault(key, {"family": family, "params": params, "dtype": "float32", "shape": list(shape),
+                                       "candidates": []})
+                found[key]["candidates"].append(candidate_name(index, policy))
+        choice = lookup(*shape, "float32", device)
+        key = Config.of(choice.family, choice.config).key
+        found.setdefault(key, {"family": choice.family, "params": choice.config, "dtype": "float32",
+                               "shape": list(shape), "candidates": []})
+        found[key]["lookup"] = choice.source
+        jobs += found.values()
+    return jobs
+
+
+def changed_by(what: str):
+    """Whether the code of a candidate (family, params) changed, as `retime --changed what` says."""
+    from kernels.rules import adds_into_c
+
+    if what == "unaligned":
+        return lambda family, params: bool(params.get("wide_fetch") and not params.get("async_copy"))
+    if what == "unaligned-c":
+        return lambda family, params: adds_into_c(params)
+    raise ValueError(what)
+
+
+def stream_jobs(table: dict, shape: dict) -> list[dict]:
+    """Each of the table's tiles streamed at `shape`, and its best candidate as the anchor."""
+    from autotune.select.neighbours import STREAM, candidate_name, config_for
+    from autotune.space.configs import DeviceLimits, infeasibility
+    from kernels.base import Config
+
+    limits = DeviceLimits.for_cc("9.0")
+    m, n, k = shape["m"], shape["n"], shape["k"]
+    found: dict[str, dict] = {}
+    for index, tile in enumerate(table["tiles"]):
+        family, params = config_for(tile, STREAM, m, n, k, SM_COUNT)
+        if infeasibility(family, params, "float32", limits) is not None:
+            continue
+        key = Config.of(family, params).key
+        found.setdefault(key, {"family": family, "params": params, "dtype": "float32", "shape": [m, n, k],
+                               "candidates": []})
+        found[key]["candidates"].append(candidate_name(index, STREAM))
+    best = max(shape["gflops"], key=shape["gflops"].get)
+    family, params = candidate_config(table, best, shape)
+    found.setdefault(Config.of(family, params).key, {"family": family, "params": params, "dtype": "float32",
+                                                     "shape": [m, n, k], "candidates": []})["anchor"] = best
+    return list(found.values())
+
+
+def changed_jobs(table: dict, shape: dict, changed) -> list[dict]:
+    """The jobs timing the candidates at `shape` for which changed(family, params) holds, and as
+    the anchor the best of the others; none where all or none of them changed."""
+    from kernels.base import Config
+
+    m, n, k = shape["m"], shape["n"], shape["k"]
+    found: dict[str, dict] = {}
+
+    def job_for(name: str) -> dict:
+        family, params = candidate_config(table, name, shape)
+        return found.setdefault(Config.of(family, params).key, {
+            "family": family, "params": params, "dtype": "float32", "shape": [m, n, k], "candidates": []})
+
+    for name in shape["gflops"]:
+        if changed(*candidate_config(table, name, shape)):
+            job_for(name)["candidates"].append(name)
+    others = [name for name in shape["gflops"] if not changed(*candidate_config(table, name, shape))]
+    if found and others:
+        best = max(others, key=shape["gflops"].get)
+        job_for(best)["anchor"] = best
+    return list(found.values()) if others else []
+
+
+def retime_jobs(table: dict, what: str, part: str, within: float) -> list[dict]:
+    """The jobs of `retime --changed what` on part `part` ("I/N") of the table's shapes."""
+    if what == "stream":
+        return [j for shape in part_of(table["shapes"], part) for j in stream_jobs(table, shape)]
+    changed = changed_by(what)
+    if what == "unaligned":
+        shapes = [s for s in table["shapes"] if s["n"] % 4 or s["k"] % 4]
+        return [j for shape in part_of(shapes, part) for j in changed_jobs(table, shape, changed)]
+    shapes = [s for s in table["shapes"] if s["n"] % 4]
+    return [j for shape in part_of(shapes, part) for j in changed_jobs(table, shape, changed)
+            if j.get("anchor") or max(shape["gflops"][name] for name in j["candidates"])
+            >= within * max(shape["gflops"].values())]
+
+
+def part_of(shapes: list, part: str) -> list:
+    """The shapes of part "I/N": every N-th from the I-th."""
+    index, parts = map(int, part.split("/"))
+    return shapes[index::parts]
+
+
+# -- building and timing ---------------------------------------------------------------------------
+
+def build_key(j: dict) -> tuple:
+    """What a job's kernel is built as: for its shape and layout (a job's "layout", default NN),
+    or for the operands a job's `unaligned` names."""
+    from kernels.rules import offset_bits_for, unaligned_for
+
+    m, n, k = j["shape"]
+    layout = j.get("layout", "NN")
+    return (j["family"], json.dumps(j["params"], sort_keys=True), j["dtype"], offset_bits_for(m, n, k),
+            j.get("unaligned", unaligned_for(m, n, k, layout, j["dtype"])), layout)
+
+
+def _build(key: tuple, root: str) -> tuple[tuple, str | None, float]:
+    from autotune.store import cubins
+
+    family, params, dtype, bits, unaligned, layout = key
+    started = time.perf_counter()
+    try:
+        cubins.get(family, json.loads(params), dtype, ARCH, Path(root), layout, bits, unaligned)
+        return key, None, time.perf_counter() - started
+    except Exception as error:  # noqa: BLE001 - a config that does not build is reported, not fatal
+        return key, str(error).splitlines()[0][:300], time.perf_counter() - started
+
+
+def build_all(jobs: list[dict], root: Path, workers: int) -> dict[tuple, str | None]:
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    keys = sorted({build_key(j) for j in jobs})
+    started = time.perf_counter()
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        results = list(pool.map(_build, keys, [str(root)] * len(keys)))
+    seconds = [s for _, _, s in results]
+    print(f"built {len(keys)} kernels in {time.perf_counter() - started:.0f} s on {workers} processes "
+          f"(median {statistics.median(seconds) if seconds else 0:.1f} s each)", flush=True)
+    return {key: error for key, error, _ in results}
+
+
+def operands(torch, m: int, n: int, k: int, dtype: str, seed: int, layout: str = "NN"):
+    """Random A and B, each a transposed view of a C-contiguous array where `layout` says "T"."""
+    import numpy as np
+
+    from autotune.bench.peers import Operands, checked_rows
+    from autotune.measure.measurement import error_bound, reference
+
+    kind = getattr(torch, dtype)
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    A = torch.randn((k, m) if layout[0] == "T" else (m, k), generator=generator, device="cuda", dtype=kind)
+    B = torch.randn((n, k) if layout[1] == "T" else (k, n), generator=generator, device="cuda", dtype=kind)
+    A, B = (A.T if layout[0] == "T" else A), (B.T if layout[1] == "T" else B)
+    rows = checked_rows(m, n, k, np.random.default_rng(seed))
+    A_rows = A[torch.as_tensor(rows, device=A.device)] if isinstance(rows, np.ndarray) else A
+    expected = reference(A_rows.cpu().numpy(), B.cpu().numpy())
+    return Operands(A, B, torch.empty((m, n), device="cuda", dtype=kind), rows, expected, error_bound(dtype, k))
+
+
+def graph_calls(torch, call) -> int:
+    """How many calls one CUDA graph sample holds: about GRAPH_SAMPLE_SECONDS of them, by one call
+    timed on CUDA events."""
+    from autotune.bench.peers import GRAPH_SAMPLE_SECONDS, MAX_GRAPH_CALLS
+
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    call()
+    stop.record()
+    stop.synchronize()
+    once = max(start.elapsed_time(stop) * 1e-3, 1e-6)
+    return max(1, min(MAX_GRAPH_CALLS, round(GRAPH_SAMPLE_SECONDS / once)))
+
+
+def timed(device, call, ops) -> tuple[float | None, str | None, float]:
+    """Median seconds per call over CUDA-graph samples, or None and why; and the product's
+    relative error."""
+    device.poison(ops.C)
+    call()
+    device.sync()
+    error = ops.error(device.to_host(ops.C))
+    if not error <= ops.bound:
+        return None, f"wrong product: relative error {error:.2e} > {ops.bound:.2e}", error
+    timer = device.kernel_timer(call, ops, graph_calls(device.torch, call))
+    return statistics.median(timer.sample() for _ in range(SAMPLES)), None, error
+
+
+def time_job(device, gpu, root: Path, failed: dict, j: dict, ops) -> None:
+    """Time job `j` on `ops` through the driver plan of its stored kernel: sets its error, or its
+    registers, relative error and GFLOPS."""
+    import torch
+
+    from autotune.call import front
+    from autotune.store import cubins
+
+    j["error"] = failed.get(build_key(j))
+    if j["error"]:
+        return
+    family, params, dtype, bits, unaligned, layout = build_key(j)
+    entry = cubins.read(cubins.key_parts(family, json.loads(params), dtype, ARCH, root, layout, bits, unaligned), root)
+    m, n, k = j["shape"]
+    plan = front.entry_plan(gpu, entry, m, n, k, dtype, layout)
+    j["registers"] = entry.header.get("registers")
+    seconds, j["error"], j["relative_error"] = timed(
+        device, lambda: plan.launch(ops.A.data_ptr(), ops.B.data_ptr(), ops.C.data_ptr(),
+                                    torch.cuda.current_stream().cuda_stream), ops)
+    j["gflops"] = 2 * m * n * k / seconds / 1e9 if seconds else None
+
+
+def timed_shapes(device, jobs: list[dict], root: Path, failed: dict, deadline: float):
+    """Per shape, dtype and layout (a job's "layout", default NN) of `jobs`, in order: cuBLAS and
+    then every job timed on one set of operands (time_job); yields ((shape, dtype), jobs, cuBLAS
+    GFLOPS or None, seconds taken). Starts no shape after `deadline` (time.perf_counter)."""
+    import torch
+
+    from autotune.call import launch
+
+    gpu = launch.device(torch.cuda.current_device())
+    by_shape: dict[tuple, list[dict]] = {}
+    for j in jobs:
+        by_shape.setdefault((tuple(j["shape"]), j["dtype"], j.get("layout", "NN")), []).append(j)
+    for index, ((shape, dtype, layout), group) in enumerate(by_shape.items()):
+        if time.perf_counter() > deadline:
+            print(f"time is up: {len(by_shape) - index} shapes not timed", flush=True)
+            return
+        started = time.perf_counter()
+        m, n, k = shape
+        ops = operands(torch, m, n, k, dtype, seed=index, layout=layout)
+        blas, _, _ = timed(device, lambda: torch.matmul(ops.A, ops.B, out=ops.C), ops)
+        for j in group:
+            time_job(device, gpu, root, failed, j, ops)
+        yield (shape, dtype), group, 2 * m * n * k / blas / 1e9 if blas else None, time.perf_counter() - started
+
+
+def run(jobs: list[dict], args: argparse.Namespace, head: dict, began: float, line) -> None:
+    """Build and time `jobs`; after every shape, print line(shape, group, cuBLAS GFLOPS, seconds)
+    and write {**head, device, kernels, shapes} to --out."""
+    root = Path(args.store or tempfile.mkdtemp(prefix="mmtune-table-"))
+    failed = build_all(jobs, root, args.jobs)
+
+    from autotune.bench.peers import TorchDevice, category
+    from kernels import source_hashes
+
+    device = TorchDevice()
+    result = {"device": device.name, **head, "kernels": source_hashes(), "shapes": []}
+    for (shape, dtype), group, blas, seconds in timed_shapes(device, jobs, root, failed, began + args.seconds):
+        result["shapes"].append({"shape": list(shape), "dtype": dtype, "category": category(*shape),
+                                 "cublas_gflops": blas, "jobs": group})
+        print(line(shape, group, blas or math.nan, seconds), flush=True)
+        Path(args.out).write_text(json.dumps(result, indent=0))
+    print(f"done in {time.perf_counter() - began:.0f} s", flush=True)
+
+
+def best_line(label: str):
+    """A shape's line: cuBLAS, the best job (its candidates or source), the anchor or lookup's pick."""
+    def line(shape, group, blas, seconds) -> str:
+        done = [j for j in group if j.get("gflops")]
+        best = max(done, key=lambda j: j["gflops"]) if done else None
+        named = (",".join(best.get("candidates") or [])[:40] or best.get("source") or best["family"]) if best else "-"
+        anchor = next((j for j in group if j.get("anchor")), None)
+        pick = next((j for j in group if j.get("lookup") or j.get("source") == "record"), None)
+        other = (f"anchor {anchor['anchor']} {(anchor.get('gflops') or 0) / blas:5.3f}" if anchor else
+                 f"pick {(pick.get('gflops') or 0) / blas:5.3f}" if pick else "")
+        return (f"{'x'.join(map(str, shape)):>16} cuBLAS {blas:8.0f}  best {label} "
+                f"{best['gflops'] / blas if best else 0:5.3f} ({named})  {other}  {len(done)}/{len(group)} ran"
+                f"  {seconds:4.1f} s")
+    return line
+
+
+def measure_main(args: argparse.Namespace) -> None:
+    from autotune.bench.peers import seeded_shapes
+    from autotune.store.records import suites
+
+    began = time.perf_counter()
+    held_out = {tuple(map(int, s.split("x"))) for listed in suites().values() for s in listed}
+    shapes = [tuple(map(int, s.split("x"))) for s in args.shapes]
+    shapes += [s for seed in args.seeds for s in seeded_shapes(seed, args.count)]
+    shapes += skinny_shapes(args.skinny, args.skinny_count)
+    shapes = part_of([s for s in dict.fromkeys(shapes) if s not in held_out], args.part)
+    tiles, everywhere = candidate_tiles()
+    jobs = training_jobs(shapes, tiles, everywhere)
+    print(f"{len(shapes)} shapes, {len(tiles)} tiles, {len(jobs)} jobs, {len({build_key(j) for j in jobs})} builds",
+          flush=True)
+    if not args.dry:
+        run(jobs, args, {"tiles": tiles}, began, best_line("candidate"))
+
+
+def retime_main(args: argparse.Namespace) -> None:
+    began = time.perf_counter()
+    table = read_json(Path(args.table))
+    jobs = retime_jobs(table, args.changed, args.part, args.within)
+    print(f"{len(jobs)} jobs at {len({tuple(j['shape']) for j in jobs})} shapes", flush=True)
+    if args.dry:
+        Path(args.out).write_text(json.dumps(jobs, indent=0))
+    else:
+        run(jobs, args, {"changed": args.changed}, began, best_line(args.changed))
+
+
+def records_main(args: argparse.Namespace) -> None:
+    run(record_jobs(args.dtype), args, {"label": args.label}, time.perf_counter(), best_line("record"))
+
+
+def jobs_main(args: argparse.Namespace) -> None:
+    jobs = [{"source": "jobs", **j, "shape": list(j["shape"])} for j in read_json(Path(args.file))]
+    run(jobs, args, {}, time.perf_counter(), best_line("job"))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    build = commands.add_parser("rebuild", help="the shipped data from studies/ (CPU)")
+    build.add_argument("--out", help="write measured/ and records/ under this folder (autotune/data to ship)")
+    build.add_argument("--check", action="store_true", help="rebuild into a temporary folder and compare with autotune/data")
+    build.add_argument("--loo", action="store_true", help="print the table's leave-one-out accuracy after each step")
+    for name, text in (("measure", "every candidate at the training shapes"),
+                       ("retime", "some of the shipped table's candidates again, anchored"),
+                       ("records", "every shipped record's config at its shape"),
+                       ("jobs", "a JSON list of jobs")):
+        sub = commands.add_parser(name, help=text)
+        sub.add_argument("--out", required=True)
+        sub.add_argument("--store", help="the kernel store (default a temporary directory)")
+        sub.add_argument("--jobs", type=int, default=16, help="processes building kernels")
+        sub.add_argument("--seconds", type=float, default=1e9, help="start no shape after this long")
+        if name == "measure":
+            sub.add_argument("--seeds", type=int, nargs="*", default=[])
+            sub.add_argument("--count", type=int, default=20)
+            sub.add_argument("--shapes", nargs="*", default=[], help="more training shapes, like 1000x1000x1000")
+            sub.add_argument("--skinny", type=int, default=7)
+            sub.add_argument("--skinny-count", type=int, default=0)
+        if name in ("measure", "retime"):
+            sub.add_argument("--part", default="0/1")
+            sub.add_argument("--dry", action="store_true", help="count the jobs (retime: write them to --out), then stop")
+        if name == "retime":
+            sub.add_argument("--changed", choices=CHANGED, required=True)
+            sub.add_argument("--table", default=str(DATA / "measured" / "nvidia-h200.json"))
+            sub.add_argument("--within", type=float, default=0.6, help="unaligned-c: candidates this close to the best")
+        if name == "records":
+            sub.add_argument("--dtype")
+            sub.add_argument("--label", default="")
+        if name == "jobs":
+            sub.add_argument("file", help="the JSON list of jobs")
+    args = parser.parse_args()
+    if args.command == "rebuild":
+        return rebuild_main(args)
+    {"measure": measure_main, "retime": retime_main, "records": records_main, "jobs": jobs_main}[args.command](args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
