@@ -23,9 +23,11 @@ RATIOS = ("vs_cublas", "vs_triton", "call_vs_cublas", "call_vs_triton")
 
 
 def source_commit() -> str | None:
-    """The git commit of the code that ran, for a reader of the results: the checkout's HEAD, marked
-    "+" where tracked files differ from it; else COMMIT_ENV, set by whoever copied the tree to a
-    GPU host without its history; else None."""
+    """The git commit of the code that ran, for a reader of the results: COMMIT_ENV where whoever
+    copied the tree to a GPU host set it; else the checkout's HEAD, marked "+" where tracked files
+    differ from it; else None."""
+    if os.environ.get(COMMIT_ENV):
+        return os.environ[COMMIT_ENV]
     root = Path(__file__).resolve().parents[2]
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -36,7 +38,7 @@ def source_commit() -> str | None:
             return head.stdout.strip() + ("+" if changed else "")
     except (OSError, subprocess.SubprocessError):
         pass
-    return os.environ.get(COMMIT_ENV) or None
+    return None
 
 
 def write(result: dict, out_dir: Path) -> None:
