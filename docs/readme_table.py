@@ -25,7 +25,7 @@ README = ROOT / "README.md"
 SUITES = ROOT / "autotune" / "data" / "suites.json"
 
 # The one `mmtune bench --peers` JSON the README's figures come from (plain or .xz).
-SOURCE = "studies/h200/step35/wide/peers.json.xz"
+SOURCE = "studies/h200/step36/wide/peers.json.xz"
 
 BLOCKS = ("headline", "table")
 CATEGORY_ORDER = ("large", "mid", "odd", "skinny")
