@@ -17,15 +17,6 @@ if not ON_GPU:
     import autotune.backends.simulator  # noqa: E402,F401  its barriers, for kernels launched without the backend
 
 
-#: `-n auto` workers per usable core: many tests wait on a child process or a database more than
-#: they compute, so two workers a core finish sooner than one
-WORKERS_PER_CORE = 2
-
-
-def pytest_xdist_auto_num_workers(config):
-    return WORKERS_PER_CORE * len(os.sched_getaffinity(0))
-
-
 @pytest.fixture
 def rng(request):
     """A generator seeded per test, so a failure reproduces."""
