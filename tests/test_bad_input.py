@@ -291,26 +291,23 @@ def test_cache_check_refuses_a_row_that_cannot_be_a_measurement(cache, row, mess
 # Foreign databases ----------------------------------------------------------------------------
 
 
-def test_a_foreign_database_with_a_table_named_best_is_never_written(tmp_path, monkeypatch):
-    path = tmp_path / "scores.db"
+RECORDS = ROOT / "autotune" / "data" / "records" / "nvidia-h200.json"
+
+
+@pytest.mark.parametrize("made_by, answers", [
+    ("CREATE TABLE best (player TEXT, score INTEGER)",
+     ("has a table 'best' without mmtune's columns", "not an mmtune cache")),
+    ("PRAGMA application_id = 1234", ("another application's SQLite database (application_id 0x4d2)",)),
+], ids=["a table named best", "another application's id"])
+def test_a_foreign_database_is_never_written(tmp_path, monkeypatch, made_by, answers):
+    path = tmp_path / "foreign.db"
     with sqlite3.connect(path) as db:
-        db.execute("CREATE TABLE best (player TEXT, score INTEGER)")
+        db.execute(made_by)
     db.close()
     monkeypatch.setenv("MMTUNE_CACHE", str(path))
     before = snapshot(path)
-    one_line(invoke("best"), "has a table 'best' without mmtune's columns", "not an mmtune cache")
-    one_line(invoke("import", ROOT / "autotune" / "data" / "records" / "nvidia-h200.json"), "not an mmtune cache")
-    assert snapshot(path) == before
-
-
-def test_another_applications_database_is_never_written(tmp_path, monkeypatch):
-    path = tmp_path / "other.db"
-    with sqlite3.connect(path) as db:
-        db.execute("PRAGMA application_id = 1234")
-    db.close()
-    monkeypatch.setenv("MMTUNE_CACHE", str(path))
-    before = snapshot(path)
-    one_line(invoke("best"), "another application's SQLite database (application_id 0x4d2)")
+    one_line(invoke("best"), *answers)
+    one_line(invoke("import", RECORDS), answers[-1])
     assert snapshot(path) == before
 
 

@@ -28,13 +28,13 @@ def test_no_module_is_longer_than_a_newcomer_reads_at_once():
     assert not long, "\n".join(long)
 
 
-def passes_kwargs_through(node: ast.FunctionDef) -> bool:
+def takes_kwargs(node: ast.FunctionDef) -> bool:
     return node.args.kwarg is not None
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(ROOT)))
-def test_no_function_passes_kwargs_through(path):
+def test_no_function_takes_kwargs_to_pass_through(path):
     tree = ast.parse(path.read_text())
     found = [node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-             and passes_kwargs_through(node)]
+             and takes_kwargs(node)]
     assert not found, found

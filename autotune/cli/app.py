@@ -12,10 +12,7 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from autotune.errors import MmtuneError, path_problem
 
-try:  # Typer from 0.2x on carries its own Click
-    from typer._click import exceptions as click_exceptions
-except ImportError:
-    from click import exceptions as click_exceptions
+from typer._click import exceptions as click_exceptions  # typer>=0.29 carries its own Click
 
 USAGE_ERROR = 2
 #: what Click (8.2 on) raises for `mmtune` alone, to print the help: no error to answer
