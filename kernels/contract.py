@@ -1,7 +1,7 @@
 """The family contract: what a family module declares, and the records the tuner, the model and the
 lookup read from it (device limits, configs, footprints, schedules). Numba-free, like kernels.rules.
 
-The family contract. A family is a module that defines `FAMILY = Family(...)`; adding a family is
+A family is a module that defines `FAMILY = Family(...)`; adding a family is
 adding its module, and nothing in autotune switches on a family's name: what a stage needs to
 know of a family, it asks the Family. kernels.registry finds the families in
   - every module of this package that defines FAMILY, and
@@ -55,7 +55,7 @@ import json
 from dataclasses import dataclass
 from typing import Callable
 
-from .rules import DEFAULT_DYNAMIC_SHARED
+from .rules import DEFAULT_DYNAMIC_SHARED, Arch
 
 
 @dataclass(frozen=True)
@@ -75,10 +75,9 @@ class DeviceLimits:
     def for_cc(cls, cc: str | tuple | None) -> "DeviceLimits":
         """The defaults, with the dynamic shared memory GPUs of compute capability `cc` allow
         (cudaDevAttrMaxSharedMemoryPerBlockOptin, by architecture)."""
-        if cc is None:
+        if not cc:
             return cls()
-        key = cc if isinstance(cc, str) else "{}.{}".format(*cc)
-        return cls(max_dynamic_shared_per_block=OPT_IN_SHARED.get(key, DEFAULT_DYNAMIC_SHARED))
+        return cls(max_dynamic_shared_per_block=OPT_IN_SHARED.get(str(Arch.of(cc)), DEFAULT_DYNAMIC_SHARED))
 
 OPT_IN_SHARED = {
     "7.0": 96 * 1024, "7.2": 96 * 1024, "7.5": 64 * 1024, "8.0": 163 * 1024, "8.6": 99 * 1024, "8.7": 163 * 1024,
@@ -168,7 +167,7 @@ class Family:
     #: climb from the first queued config, so the family most likely to win goes first.
     first_guess: int
     shared_bytes: Callable | None = None  # shared_bytes(config, dtype) -> static shared memory
-    #: how exactly its kernels compute (autotune.precision): "ieee", every product and sum in the
+    #: how exactly its kernels compute (autotune.space.precision): "ieee", every product and sum in the
     #: element type, or "tf32x3", float32 as three TF32 products on the tensor cores
     precision: str = "ieee"
     #: instructions(config, dtype) -> {instruction: the oldest (major, minor) compute capability

@@ -22,6 +22,8 @@ Parameters:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from numba import cuda
 
 from .base import (
@@ -67,7 +69,7 @@ from .mma_space import (  # noqa: F401  the space dmma and tf32x3 declare
     threads_per_block,
     warp_tiles,
 )
-from .tiles import tile_copier
+from .tiles import Movement, tile_copier
 from .warp_mma import SHAPES, SMALL_SCALE, WARP, counts, split_tf32
 from .warp_mma import mma as warp_mma
 
@@ -112,9 +114,9 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
                      if wide and name in unaligned)
     A_ALIGNMENT_TESTED = layout[0] == "T" and "A" not in NARROW
     B_ALIGNMENT_TESTED = layout[1] == "N" and "B" not in NARROW
-    movers = dict(layout=layout, offset_bits=offset_bits)
-    copy_checked = tile_copier(BM, BN, BK, THREADS, VEC, **movers)
-    copy_unchecked = tile_copier(BM, BN, BK, THREADS, VEC, checked=False, narrow=NARROW, **movers)
+    movement = Movement(THREADS, VEC, layout=layout, offset_bits=offset_bits)
+    copy_checked = tile_copier(BM, BN, BK, movement)
+    copy_unchecked = tile_copier(BM, BN, BK, replace(movement, checked=False), narrow=NARROW)
     commit, wait_for_oldest = async_commit(), async_wait(STAGES - 2)
     origin, dims = tile_origin(BM, BN), product_shape(layout)
     load_shared = scalar_access(64)[0]
@@ -311,6 +313,7 @@ _GATHERS = {
 
 
 #: a tile computed whole or with K split by the config's own `splits`
-FAMILY = Family("dmma", SPACE, DEFAULT, restrict, build, first_guess=0, shared_bytes=shared_bytes,
+FAMILY = Family(name="dmma", space=SPACE, default=DEFAULT, restrict=restrict, build=build, first_guess=0,
+                shared_bytes=shared_bytes,
                 instructions=instructions, footprint=footprint, schedules=Schedules(whole="dmma", split="dmma"),
                 first_tile=first_tile)

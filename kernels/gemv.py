@@ -58,7 +58,8 @@ def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
 
 def footprint(config: dict, dtype: str) -> Footprint:
     """A rows x cols tile whose k-step is one k: each block walks its share of K a k at a time."""
-    return Footprint((config["rows"], config["cols"]), 1, config["threads"], 64, shared_bytes(config, dtype))
+    return Footprint(tile=(config["rows"], config["cols"]), bk=1, threads=config["threads"], registers=64,
+                     shared=shared_bytes(config, dtype))
 
 
 #: searched only for products of at most this many rows: a tune of more would time kernels that
@@ -67,7 +68,7 @@ MAX_ROWS = 16
 
 
 #: float32 products of at most FEW_ROWS rows stream B once through this family (the rule of
-#: autotune.space.guesses.few_rows_guess; studies/step34_gemv.py), its tile by how B lies
+#: autotune.space.guesses.few_rows_guess; studies/step34_gemv.py at 9c578e9), its tile by how B lies
 #: (layout[1]: "N", its rows in memory; "T", its columns), K split into the most shares (a power of
 #: 2) that keep FEW_ROWS_SPLIT_K[layout[1]] k's each within FEW_ROWS_WAVES blocks per SM
 FEW_ROWS = 4
@@ -243,5 +244,6 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
                   offset_bits=offset_bits)
 
 
-FAMILY = Family("gemv", SPACE, DEFAULT, restrict, build, first_guess=5, shared_bytes=shared_bytes,
+FAMILY = Family(name="gemv", space=SPACE, default=DEFAULT, restrict=restrict, build=build, first_guess=5,
+                shared_bytes=shared_bytes,
                 max_rows=MAX_ROWS, footprint=footprint, few_rows_config=few_rows_config, summary="B streamed once")

@@ -72,8 +72,8 @@ def estimated_registers(config: dict, dtype: str = DTYPE) -> int:
 
 def footprint(config: dict, dtype: str) -> Footprint:
     """A block's tile, warps, registers and shared tiles (kernels.tf32x3's too)."""
-    return Footprint((config["bm"], config["bn"]), config["bk"], threads_per_block(config),
-                     estimated_registers(config, dtype), shared_bytes(config, dtype))
+    return Footprint(tile=(config["bm"], config["bn"]), bk=config["bk"], threads=threads_per_block(config),
+                     registers=estimated_registers(config, dtype), shared=shared_bytes(config, dtype))
 
 def instructions(config: dict, dtype: str) -> dict:
     """The config's float64 mma.sync."""

@@ -26,7 +26,7 @@ def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
 def footprint(config: dict, dtype: str) -> Footprint:
     """A block of threads, each a k of its element at a step, in few registers and no shared memory."""
     threads = config["block_x"] * config["block_y"]
-    return Footprint((config["block_y"], config["block_x"]), 1, threads, 32, 0)
+    return Footprint(tile=(config["block_y"], config["block_x"]), bk=1, threads=threads, registers=32, shared=0)
 
 
 def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Kernel:
@@ -52,4 +52,5 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
                   offset_bits=offset_bits)
 
 
-FAMILY = Family("naive", SPACE, DEFAULT, restrict, build, first_guess=4, footprint=footprint)
+FAMILY = Family(name="naive", space=SPACE, default=DEFAULT, restrict=restrict, build=build, first_guess=4,
+                footprint=footprint)

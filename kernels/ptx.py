@@ -9,8 +9,9 @@ import functools
 from .rules import VECTOR_BYTES
 
 
-def _element_pointer(context, builder, array_type, array_value, index_type, index_value, bits=32):
-    """Pointer to array[index] of a C-contiguous array, the offset computed Horner over the shape.
+def _element_pointer(context, builder, kinds: tuple, values: tuple, bits=32):
+    """Pointer to array[index] of a C-contiguous array, the offset computed Horner over the shape:
+    `kinds` are the array's and the index's Numba types, `values` their LLVM values.
 
     bits=32: in i32, for global arrays (see the module docstring). bits=64: in i64 marked
     no-wrap, for shared arrays: the backend then folds constant index parts (an unrolled step's
@@ -19,6 +20,7 @@ def _element_pointer(context, builder, array_type, array_value, index_type, inde
     from numba import types
     from numba.cuda import cgutils
 
+    (array_type, index_type), (array_value, index_value) = kinds, values
     width = ir.IntType(bits)
     no_wrap = ["nuw", "nsw"] if bits == 64 else ["nuw"]
     data = context.make_array(array_type)(context, builder, value=array_value)
@@ -57,7 +59,7 @@ def vector_load(width: int, bits: int, aligned: bool):
         signature = types.UniTuple(array.dtype, width)(array, index)
 
         def codegen(context, builder, sig, args):
-            pointer = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1], bits=bits)
+            pointer = _element_pointer(context, builder, sig.args[:2], args[:2], bits=bits)
             element = context.get_value_type(sig.args[0].dtype)
             vector_type = ir.VectorType(element, width)
             alignment = VECTOR_BYTES if aligned else context.get_abi_sizeof(element)
@@ -83,7 +85,7 @@ def vector_store(width: int):
 
         def codegen(context, builder, sig, args):
             array_type, index_type, values_type = sig.args
-            pointer = _element_pointer(context, builder, array_type, args[0], index_type, args[1], bits=64)
+            pointer = _element_pointer(context, builder, (array_type, index_type), (args[0], args[1]), bits=64)
             element = context.get_value_type(array_type.dtype)
             vector = ir.Constant(ir.VectorType(element, width), ir.Undefined)
             lanes = cgutils.unpack_tuple(builder, args[2])
@@ -116,7 +118,7 @@ def reduce_add(width: int, bits: int):
         def codegen(context, builder, sig, args):
             array_type, index_type, values_type = sig.args
             element = context.get_value_type(array_type.dtype)
-            pointer = _element_pointer(context, builder, array_type, args[0], index_type, args[1], bits=bits)
+            pointer = _element_pointer(context, builder, (array_type, index_type), (args[0], args[1]), bits=bits)
             address = builder.ptrtoint(builder.addrspacecast(pointer, ir.PointerType(element, 1)), ir.IntType(64))
             lanes = [context.cast(builder, lane, kind, array_type.dtype)
                      for lane, kind in zip(cgutils.unpack_tuple(builder, args[2]), values_type)]
@@ -152,8 +154,8 @@ def async_copy(width: int, bits: int):
             dst_type, dst_index_type, src_type, src_index_type, valid_type = sig.args
             element = context.get_value_type(dst_type.dtype)
             size = width * context.get_abi_sizeof(element)
-            target = _element_pointer(context, builder, dst_type, args[0], dst_index_type, args[1], bits=64)
-            source = _element_pointer(context, builder, src_type, args[2], src_index_type, args[3], bits=bits)
+            target = _element_pointer(context, builder, (dst_type, dst_index_type), (args[0], args[1]), bits=64)
+            source = _element_pointer(context, builder, (src_type, src_index_type), (args[2], args[3]), bits=bits)
             i32 = ir.IntType(32)
             # Cast to the shared and global address spaces in LLVM, where the backend folds them
             # into the addressing; inline PTX would convert generic addresses at run time.
@@ -204,7 +206,7 @@ def vector_phase(width: int, bits: int):
             return None
 
         def codegen(context, builder, sig, args):
-            pointer = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1], bits=bits)
+            pointer = _element_pointer(context, builder, sig.args[:2], args[:2], bits=bits)
             size = context.get_abi_sizeof(context.get_value_type(sig.args[0].dtype))
             address = builder.ptrtoint(pointer, ir.IntType(64))
             slot = builder.and_(builder.udiv(address, ir.Constant(address.type, size)), ir.Constant(address.type, width - 1))
@@ -254,7 +256,7 @@ def scalar_access(bits: int):
             return None
 
         def codegen(context, builder, sig, args):
-            return builder.load(_element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1], bits=bits))
+            return builder.load(_element_pointer(context, builder, sig.args[:2], args[:2], bits=bits))
 
         return array.dtype(array, index), codegen
 
@@ -267,7 +269,8 @@ def scalar_access(bits: int):
         def codegen(context, builder, sig, args):
             array_type, index_type, value_type = sig.args
             value = context.cast(builder, args[2], value_type, array_type.dtype)
-            builder.store(value, _element_pointer(context, builder, array_type, args[0], index_type, args[1], bits=bits))
+            pointer = _element_pointer(context, builder, (array_type, index_type), args[:2], bits=bits)
+            builder.store(value, pointer)
             return context.get_dummy_value()
 
         return types.none(array, index, value), codegen

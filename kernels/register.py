@@ -19,7 +19,7 @@ from __future__ import annotations
 from numba import cuda
 
 from .base import DeviceLimits, Family, Footprint, Kernel, itemsize, numba_type, product_shape, tile_origin
-from .tiles import estimated_registers, loads_per_thread, restrict_tiling, threads_per_block, tile_movers
+from .tiles import Movement, estimated_registers, loads_per_thread, restrict_tiling, threads_per_block, tile_movers
 
 SPACE = {
     "bm": [16, 32, 64, 128, 256],
@@ -48,8 +48,8 @@ def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
 
 def footprint(config: dict, dtype: str) -> Footprint:
     """A block's tile, threads, registers (at least 32: ptxas's floor in practice) and shared tiles."""
-    return Footprint((config["bm"], config["bn"]), config["bk"], threads_per_block(config),
-                     max(estimated_registers(config, dtype), 32), shared_bytes(config, dtype))
+    return Footprint(tile=(config["bm"], config["bn"]), bk=config["bk"], threads=threads_per_block(config),
+                     registers=max(estimated_registers(config, dtype), 32), shared=shared_bytes(config, dtype))
 
 
 def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Kernel:
@@ -67,7 +67,7 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
     ACC_SHAPE = (TM, TN)
     elem_t = numba_type(dtype)
 
-    fetch, stash = tile_movers(BM, BN, BK, THREADS, elem_t, layout=layout, offset_bits=offset_bits)
+    fetch, stash = tile_movers(BM, BN, BK, elem_t, Movement(THREADS, layout=layout, offset_bits=offset_bits))
     origin, dims = tile_origin(BM, BN), product_shape(layout)
 
     @cuda.jit(device=True)
@@ -134,5 +134,6 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
 
 
 #: small tiles that suit any shape and every dtype: the default a lookup falls back to
-FAMILY = Family("register", SPACE, DEFAULT, restrict, build, first_guess=2, shared_bytes=shared_bytes,
+FAMILY = Family(name="register", space=SPACE, default=DEFAULT, restrict=restrict, build=build, first_guess=2,
+                shared_bytes=shared_bytes,
                 footprint=footprint, fallback=True)

@@ -37,7 +37,7 @@ def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
 def footprint(config: dict, dtype: str) -> Footprint:
     """A TPB x TPB tile, TPB k's a step, a thread an element, in few registers."""
     tpb = config["tpb"]
-    return Footprint((tpb, tpb), tpb, tpb**2, 32, shared_bytes(config, dtype))
+    return Footprint(tile=(tpb, tpb), bk=tpb, threads=tpb**2, registers=32, shared=shared_bytes(config, dtype))
 
 
 def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Kernel:
@@ -82,5 +82,6 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
                   offset_bits=offset_bits)
 
 
-FAMILY = Family("shared", SPACE, DEFAULT, restrict, build, first_guess=3, shared_bytes=shared_bytes,
+FAMILY = Family(name="shared", space=SPACE, default=DEFAULT, restrict=restrict, build=build, first_guess=3,
+                shared_bytes=shared_bytes,
                 footprint=footprint)

@@ -25,9 +25,9 @@ def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
 
 
 def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Kernel:
-    return vector.make(config, dtype, family="splitk", splits=config["splits"], layout=layout, offset_bits=offset_bits,
-                       unaligned=unaligned)
+    return vector.make(config, dtype, family="splitk", layout=layout, offset_bits=offset_bits, unaligned=unaligned)
 
 
-FAMILY = Family("splitk", SPACE, DEFAULT, restrict, build, first_guess=1, shared_bytes=shared_bytes,
+FAMILY = Family(name="splitk", space=SPACE, default=DEFAULT, restrict=restrict, build=build, first_guess=1,
+                shared_bytes=shared_bytes,
                 instructions=vector.adding_instructions, footprint=vector.footprint, schedules=vector.SCHEDULES)

@@ -34,9 +34,9 @@ def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
 
 
 def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Kernel:
-    return vector.make(config, dtype, family="streamk", layout=layout, offset_bits=offset_bits, unaligned=unaligned,
-                       workers_per_sm=config["workers_per_sm"])
+    return vector.make(config, dtype, family="streamk", layout=layout, offset_bits=offset_bits, unaligned=unaligned)
 
 
-FAMILY = Family("streamk", SPACE, DEFAULT, restrict, build, first_guess=2, shared_bytes=shared_bytes,
+FAMILY = Family(name="streamk", space=SPACE, default=DEFAULT, restrict=restrict, build=build, first_guess=2,
+                shared_bytes=shared_bytes,
                 instructions=vector.adding_instructions, footprint=vector.footprint, schedules=vector.SCHEDULES)

@@ -13,7 +13,7 @@ The tensor cores round their sums toward zero, so a warp sums `chunk` steps of t
 K into a fresh zero per tile and adds that to its float32 accumulators: a longer chunk adds less
 often (faster) and holds more fragments (registers). Everything else is `dmma`'s kernel
 (kernels.dmma.make) with float32 tiles; the parameters are dmma's, with the TF32 instruction
-shapes, and chunk. Its precision is "tf32x3" (autotune.precision): subnormal operands are held
+shapes, and chunk. Its precision is "tf32x3" (autotune.space.precision): subnormal operands are held
 to 2**-147, not float32's 2**-149.
 """
 
@@ -55,6 +55,7 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
 
 
 #: a tile computed whole or with K split by the config's own `splits`
-FAMILY = Family("tf32x3", SPACE, DEFAULT, restrict, build, first_guess=0, shared_bytes=shared_bytes,
+FAMILY = Family(name="tf32x3", space=SPACE, default=DEFAULT, restrict=restrict, build=build, first_guess=0,
+                shared_bytes=shared_bytes,
                 precision="tf32x3", instructions=instructions, footprint=dmma.footprint,
                 schedules=Schedules(whole="tf32x3", split="tf32x3"), first_tile=first_tile)

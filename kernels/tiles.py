@@ -16,7 +16,7 @@ element at a time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from numba import cuda
 
@@ -113,10 +113,22 @@ def parts(bm: int, bn: int, bk: int, layout: str) -> tuple[Part, Part]:
     return a, b
 
 
-def tile_movers(bm: int, bn: int, bk: int, threads: int, elem_t, width: int = 1, checked: bool = True,
-                layout: str = "NN", offset_bits: int = 32, split: str = ""):
+@dataclass(frozen=True)
+class Movement:
+    """How a block's `threads` move its tiles: `width` adjacent elements of a memory row a group,
+    with or without bounds and alignment tests (`checked`), offsets in `offset_bits` bits, for
+    operands in `layout`."""
+
+    threads: int
+    width: int = 1
+    checked: bool = True
+    layout: str = "NN"
+    offset_bits: int = 32
+
+
+def tile_movers(bm: int, bn: int, bk: int, elem_t, movement: Movement, split: str = ""):
     """Device functions fetch(A, B, k0, row0, col0, tid, a_next, b_next) and
-    stash(sA, sB, tid, a_next, b_next) for one tile geometry and layout. With `width` > 1 a thread
+    stash(sA, sB, tid, a_next, b_next) for one tile geometry moved as `movement` says. With `width` > 1 a thread
     moves `width` adjacent elements of a memory row at a time, one 16-byte global load each where
     the whole tile lies inside a matrix whose rows are 16-byte aligned (scalar loads elsewhere),
     and one 16-byte shared store where the part is stored as it is. With checked=False the caller
@@ -125,9 +137,10 @@ def tile_movers(bm: int, bn: int, bk: int, threads: int, elem_t, width: int = 1,
     instructions). The operands named in `split` ("A", "B"), whose rows need not be aligned, read
     each group of `width` as that many scalar loads from one address (`vector_load`'s
     aligned=False) and are stored as the others are."""
-    part_a, part_b = parts(bm, bn, bk, layout)
-    fetch_a = _part_fetcher(part_a.rows, part_a.cols, threads, elem_t, width, checked, offset_bits, "A" in split)
-    fetch_b = _part_fetcher(part_b.rows, part_b.cols, threads, elem_t, width, checked, offset_bits, "B" in split)
+    part_a, part_b = parts(bm, bn, bk, movement.layout)
+    threads, width = movement.threads, movement.width
+    fetch_a = _part_fetcher(part_a, elem_t, movement, "A" in split)
+    fetch_b = _part_fetcher(part_b, elem_t, movement, "B" in split)
     stash_a = _part_stasher(part_a.rows, part_a.cols, threads, width, part_a.transposed)
     stash_b = _part_stasher(part_b.rows, part_b.cols, threads, width, part_b.transposed)
     A_K_FIRST, B_K_FIRST = part_a.k_first, part_b.k_first
@@ -176,8 +189,7 @@ def _part_stasher(rows: int, cols: int, threads: int, width: int, transposed: bo
     return stash_part
 
 
-def tile_copier(bm: int, bn: int, bk: int, threads: int, width: int = 1, checked: bool = True, layout: str = "NN",
-                offset_bits: int = 32, narrow: str = ""):
+def tile_copier(bm: int, bn: int, bk: int, movement: Movement, narrow: str = ""):
     """A device function copy(A, B, k0, row0, col0, tid, sA, sB) starting asynchronous copies
     (kernels.intrinsics.async_copy) of this thread's share of the A and B tiles at k0 into sA and
     sB: a part stored transposed one element at a time, a part stored as it is `width` elements at
@@ -189,11 +201,11 @@ def tile_copier(bm: int, bn: int, bk: int, threads: int, width: int = 1, checked
     `narrow` ("A", "B") are copied one element at a time whatever `width`, adjacent threads taking
     adjacent elements: what unchecked tiles of unaligned rows need (4-byte copies grouped as
     `tile_movers` groups its loads ran slower, docs/performance.md step 31)."""
-    part_a, part_b = parts(bm, bn, bk, layout)
-    width_a, width_b = (1 if transposed or name in narrow else width
+    part_a, part_b = parts(bm, bn, bk, movement.layout)
+    width_a, width_b = (1 if transposed or name in narrow else movement.width
                         for name, transposed in (("A", part_a.transposed), ("B", part_b.transposed)))
-    copy_a = _part_copier(part_a.rows, part_a.cols, threads, width_a, part_a.transposed, checked, offset_bits)
-    copy_b = _part_copier(part_b.rows, part_b.cols, threads, width_b, part_b.transposed, checked, offset_bits)
+    copy_a = _part_copier(part_a, replace(movement, width=width_a))
+    copy_b = _part_copier(part_b, replace(movement, width=width_b))
     A_K_FIRST, B_K_FIRST = part_a.k_first, part_b.k_first
 
     @cuda.jit(device=True)
@@ -210,11 +222,12 @@ def tile_copier(bm: int, bn: int, bk: int, threads: int, width: int = 1, checked
     return copy
 
 
-def _part_copier(rows: int, cols: int, threads: int, width: int, transposed: bool, checked: bool,
-                 offset_bits: int = 32):
+def _part_copier(part: Part, movement: Movement):
     """A device function copying this thread's share of the rows x cols tile of a matrix at
     (row0, col0) into a shared tile, grouped as in `_part_fetcher`; with `transposed`, element
     (r, c) of the tile goes to (c, r)."""
+    rows, cols, transposed = part.rows, part.cols, part.transposed
+    threads, width, checked, offset_bits = movement.threads, movement.width, movement.checked, movement.offset_bits
     GROUPS, ROW_GROUPS, LOADS, EVEN = _share(rows, cols, threads, width)
     COLS, ROWS, THREADS, WIDTH = cols, rows, threads, width
     TRANSPOSED, CHECKED = transposed, checked
@@ -252,8 +265,7 @@ def _part_copier(rows: int, cols: int, threads: int, width: int, transposed: boo
     return copy_part
 
 
-def _part_fetcher(rows: int, cols: int, threads: int, elem_t, width: int, checked: bool = True, offset_bits: int = 32,
-                  split: bool = False):
+def _part_fetcher(part: Part, elem_t, movement: Movement, split: bool = False):
     """A device function reading this thread's share of the rows x cols tile of a matrix at
     (row0, col0) into `out`: group tid + i * threads of the tile (row-major, `width` adjacent
     elements a group) into out[i * width:(i + 1) * width]. A tile wholly inside the matrix (every
@@ -262,6 +274,8 @@ def _part_fetcher(rows: int, cols: int, threads: int, elem_t, width: int, checke
     `offset_bits` bits (kernels.intrinsics). With checked=False the caller guarantees both, as in
     `tile_copier`. `split`: groups inside the matrix are read whatever the alignment of its rows,
     one scalar load per element from one address."""
+    rows, cols = part.rows, part.cols
+    threads, width, checked, offset_bits = movement.threads, movement.width, movement.checked, movement.offset_bits
     GROUPS, ROW_GROUPS, LOADS, EVEN = _share(rows, cols, threads, width)
     COLS, ROWS, THREADS, WIDTH, CHECKED = cols, rows, threads, width, checked
     wide_load = vector_load(width, bits=offset_bits, aligned=not split)

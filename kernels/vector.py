@@ -9,6 +9,8 @@ k instead of TM + TN. Groups are TY*VEC rows apart, so a warp's loads are adjace
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from numba import cuda
 
 from .base import (
@@ -35,7 +37,7 @@ from .intrinsics import (
     vector_load,
     vector_width,
 )
-from .tiles import loads_per_thread, tile_copier, tile_movers
+from .tiles import Movement, loads_per_thread, tile_copier, tile_movers
 from .vector_space import (  # noqa: F401  the space vector, splitk and streamk declare
     DEFAULT,
     SCHEDULES,
@@ -52,18 +54,19 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
     return make(config, dtype, layout=layout, offset_bits=offset_bits, unaligned=unaligned)
 
 
-def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layout: str = "NN",
-         offset_bits: int = 32, unaligned: str = "", workers_per_sm: int = 0) -> Kernel:
-    """The kernel for `config`; with `splits` > 1, block y of a tile of C multiplies the y-th
-    of `splits` ranges of K (whole BK-steps) and adds its product into C atomically; with
-    `workers_per_sm`, the grid's blocks share out all the tiles' BK-steps evenly (stream-K:
-    kernels.streamk) and add each tile's part into C atomically.
+def make(config: dict, dtype: str, family: str = "vector", layout: str = "NN", offset_bits: int = 32,
+         unaligned: str = "") -> Kernel:
+    """The kernel for `config`; with its `splits` > 1 (kernels.splitk), block y of a tile of C
+    multiplies the y-th of `splits` ranges of K (whole BK-steps) and adds its product into C
+    atomically; with its `workers_per_sm` (kernels.streamk), the grid's blocks share out all the
+    tiles' BK-steps evenly (stream-K) and add each tile's part into C atomically.
     `unaligned` names the operands ("A", "B", "C") built for rows that are not 16-byte aligned
     (see `wide_fetch`): any operands run on any build, but an aligned operand on such a build loses
     its 16-byte moves, and an unaligned one on a build without runs every tile through bounds tests
     (A, B) or adds into C one element at a time."""
     BM, BN, BK = config["bm"], config["bn"], config["bk"]
-    SPLITS, STREAMED = splits, workers_per_sm > 0
+    workers_per_sm = config.get("workers_per_sm", 0)
+    SPLITS, STREAMED = config.get("splits", 1), workers_per_sm > 0
     TM, TN = config["tm"], config["tn"]
     STAGES = config["stages"]
     VEC = vector_width(itemsize(dtype))
@@ -86,9 +89,9 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layo
     # the parts moved wide that the build is told have unaligned rows, untested
     UNALIGNED = "".join(name for name, wide in (("A", A_WIDE), ("B", B_WIDE)) if wide and name in unaligned)
     A_ALIGNMENT_TESTED, B_ALIGNMENT_TESTED = A_WIDE and "A" not in UNALIGNED, B_WIDE and "B" not in UNALIGNED
-    movers = dict(layout=layout, offset_bits=offset_bits)
-    fetch, stash = tile_movers(BM, BN, BK, THREADS, elem_t, FETCH_WIDTH, split=UNALIGNED, **movers)
-    tile_copier_checked = tile_copier(BM, BN, BK, THREADS, FETCH_WIDTH, **movers)
+    movement = Movement(THREADS, FETCH_WIDTH, layout=layout, offset_bits=offset_bits)
+    fetch, stash = tile_movers(BM, BN, BK, elem_t, movement, split=UNALIGNED)
+    tile_copier_checked = tile_copier(BM, BN, BK, movement)
     commit, wait_for_oldest = async_commit(), async_wait(STAGES - 2)
     origin, origin_at, dims = tile_origin(BM, BN), tile_origin_at(BM, BN), product_shape(layout)
     SHARED_BYTES = shared_bytes(config, dtype)
@@ -156,7 +159,7 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layo
 
     checked_fetches = fetched_steps(fetch, stash, True)
     unchecked_fetches = fetched_steps(
-        *tile_movers(BM, BN, BK, THREADS, elem_t, FETCH_WIDTH, checked=False, split=UNALIGNED, **movers), False
+        *tile_movers(BM, BN, BK, elem_t, replace(movement, checked=False), split=UNALIGNED), False
     )
     aligned = rows_aligned(VEC)
 
@@ -208,8 +211,7 @@ def make(config: dict, dtype: str, family: str = "vector", splits: int = 1, layo
         return steps
 
     checked_steps = copied_steps(tile_copier_checked)
-    unchecked_steps = copied_steps(tile_copier(BM, BN, BK, THREADS, FETCH_WIDTH, checked=False, narrow=UNALIGNED,
-                                               **movers))
+    unchecked_steps = copied_steps(tile_copier(BM, BN, BK, replace(movement, checked=False), narrow=UNALIGNED))
 
     @cuda.jit(device=True)
     def through_copies(A, B, sA, sB, k_begin, k_end, row0, col0, tid, row_base, col_base, a_frag, b_frag, acc):
@@ -351,5 +353,6 @@ def _lanes(width: int):
     raise ValueError(f"no {width}-lane vectors")
 
 
-FAMILY = Family("vector", SPACE, DEFAULT, restrict, build, first_guess=0, shared_bytes=shared_bytes,
+FAMILY = Family(name="vector", space=SPACE, default=DEFAULT, restrict=restrict, build=build, first_guess=0,
+                shared_bytes=shared_bytes,
                 instructions=instructions, footprint=footprint, schedules=SCHEDULES, rule_tiles=True)

@@ -87,5 +87,5 @@ def adding_instructions(config: dict, dtype: str) -> dict:
 
 def footprint(config: dict, dtype: str) -> Footprint:
     """A block's tile, threads, registers (at least 32: ptxas's floor in practice) and shared tiles."""
-    return Footprint((config["bm"], config["bn"]), config["bk"], threads_per_block(config),
-                     max(estimated_registers(config, dtype), 32), shared_bytes(config, dtype))
+    return Footprint(tile=(config["bm"], config["bn"]), bk=config["bk"], threads=threads_per_block(config),
+                     registers=max(estimated_registers(config, dtype), 32), shared=shared_bytes(config, dtype))

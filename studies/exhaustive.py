@@ -143,7 +143,7 @@ def retime(rows: list[dict], args, shape) -> tuple[dict, list[dict]]:
         best[config_key(row["config"])] = row
     fastest = sorted(best.values(), key=lambda r: -r["gflops"])[: args.retime]
     for row in fastest:
-        result = measure(kernels.build(args.family, row["config"], "float32"), *shape, rng)
+        result = measure(kernels.build(args.family, row["config"], "float32"), shape, rng)
         row["retimed_gflops"] = result.gflops
         print(f"{row['gflops']:9,.0f} -> {result.gflops:9,.0f} {result.gflops / (cublas_gflops or 1):.3f} {row['config']}",
               flush=True)

@@ -24,7 +24,7 @@ from autotune.store.records import shipped_rows
 
 
 def gflops(family: str, params: dict, shape: tuple[int, int, int], seed: int) -> float:
-    result = measure(kernels.build(family, params, "float32"), *shape, np.random.default_rng(seed))
+    result = measure(kernels.build(family, params, "float32"), shape, np.random.default_rng(seed))
     return result.gflops if result.verification.ok else 0.0
 
 
@@ -33,7 +33,7 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     device = backends.current().device()
-    rows = [r for r in shipped_rows(device.name, "float32") if (r.get("layout") or "NN") == "NN"]
+    rows = [r for r in shipped_rows(device.name, "float32") if r.layout == "NN"]
     results = []
     for entry in leave_one_out(rows, device):
         shape = (entry["m"], entry["n"], entry["k"])

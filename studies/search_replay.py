@@ -21,7 +21,8 @@ from pathlib import Path
 os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # the replay needs no GPU
 
 import kernels  # noqa: E402
-from autotune.tune.replay import best_found, config_key, median_table, read_rows
+from autotune.tune.replay import best_found, config_key, median_table, read_rows  # noqa: E402
+from autotune.tune.tuner import TuneRequest  # noqa: E402
 
 H200 = Path(__file__).parent / "h200"
 SHAPE = (4096, 4096, 4096)
@@ -32,7 +33,8 @@ def found(table: dict, sampler: str, trials: int, seeds: int) -> list[float]:
     runs = []
     for seed in range(seeds):
         cache = Path(tempfile.mkdtemp()) / "cache.db"
-        runs.append(best_found(table, SHAPE, "vector", trials, seed, sampler, cache_path=cache) / best)
+        runs.append(best_found(table, TuneRequest(*SHAPE, trials=trials, families=["vector"], sampler=sampler, seed=seed),
+                               cache_path=cache) / best)
     return runs
 
 

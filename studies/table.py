@@ -80,7 +80,7 @@ SAMPLES = 5
 # longer admits at a shape (autotune.space.configs.infeasibility), as lookup passes them over.
 #
 # The records: `promote` takes a file's rows (`only` those shapes, or all but those `except` names,
-# where `mmtune promote` kept the records' faster row for the others), each over the row of its key (autotune.store.cache.row_key)
+# where `mmtune promote` kept the records' faster row for the others), each over the row of its key (autotune.store.rows.Row.key)
 # from earlier steps; `relabel` gives every row of a family the source hash a later commit gave it
 # after studies/ptx_same.py found its sm_90 PTX unchanged. The result is written as
 # `mmtune promote` writes a records file (autotune.store.records.promote).
@@ -128,11 +128,16 @@ SHIPPED = {
                     "tf32x3": "5730437b47257c87", "vector": "e861213c0d10400a"},
          "what": "the records' sm_90 PTX unchanged since they were timed (studies/ptx_same.py; also "
                  "re-labelled so in 6f91338, 1a320c7, 479cdc3, 90ddf49, 5edb96e)"},
-        {"step": "relabel", "commit": "step 36 (issue 38)",
+        {"step": "relabel", "commit": "38cc965",
          "hashes": {"dmma": "6a57709fa72b5733", "splitk": "6ed1b233e63c12f5", "streamk": "5f8a8fd988161645",
                     "tf32x3": "d61c556e72e71093", "vector": "46c18dbcbf6be0a5"},
          "what": "the kernels package split into modules (rules, contract, registry, ptx, simulated, the "
                  "families' spaces) with the same sm_90 PTX for all 41 records (studies/ptx_same.py)"},
+        {"step": "relabel", "commit": "step 37 (issue 38)",
+         "hashes": {"dmma": "89edf771b001b7a4", "splitk": "a33334a5730dbff2", "streamk": "1f51d55730bc962d",
+                    "tf32x3": "dc50226632e9b3d6", "vector": "8bfff77fd2b69181"},
+         "what": "the families' records built with keywords, their tile movers given a Movement, one "
+                 "compute-capability parser: the same sm_90 PTX for all 41 records (studies/ptx_same.py)"},
     ],
 }
 
@@ -201,7 +206,7 @@ def candidate_config(table: dict, name: str, shape: dict) -> tuple[str, dict]:
     from autotune.select.neighbours import config_for
 
     index, policy = name.split(":")
-    return config_for(table["tiles"][int(index)], policy, shape["m"], shape["n"], shape["k"], table["sm_count"])
+    return config_for(table["tiles"][int(index)], policy, (shape["m"], shape["n"], shape["k"]), table["sm_count"])
 
 
 def loo_summary(table: dict) -> str:
@@ -217,31 +222,30 @@ def loo_summary(table: dict) -> str:
             f"{low} shapes below 0.75x")
 
 
-def shape_name(row: dict) -> str:
-    return f"{row['m']}x{row['n']}x{row['k']}"
-
-
-def taken(row: dict, step: dict) -> bool:
-    """Whether a promote step takes `row`: all rows, or `only` those named, or all but those
-    `except` names (a shape, or shape@dtype)."""
-    names = {shape_name(row), f"{shape_name(row)}@{row['dtype']}"}
+def taken(row, step: dict) -> bool:
+    """Whether a promote step takes `row` (autotune.store.rows.Row): all rows, or `only` those
+    named, or all but those `except` names (a shape, or shape@dtype)."""
+    shape = "x".join(map(str, row.shape))
+    names = {shape, f"{shape}@{row.dtype}"}
     return bool(names & set(step.get("only", names))) and not names & set(step.get("except", ()))
 
 
 def built_records(steps: list[dict], root: Path, out: Path) -> None:
     """Write the records the steps make to `out` (a new file), as `mmtune promote` writes them."""
-    from autotune.store.cache import decode, row_key
-    from autotune.store.records import promote
+    from dataclasses import replace
 
-    rows: dict[tuple, dict] = {}
+    from autotune.store.records import promote
+    from autotune.store.rows import Row
+
+    rows: dict[tuple, Row] = {}
     for step in steps:
         if step["step"] == "promote":
-            for row in read_json(root / step["file"]):
+            for row in map(Row.of, read_json(root / step["file"])):
                 if taken(row, step):
-                    rows[row_key(row)] = decode(row)
+                    rows[row.key] = row
         elif step["step"] == "relabel":
-            for row in rows.values():
-                row["source_hash"] = step["hashes"].get(row["family"], row["source_hash"])
+            rows = {key: replace(row, source_hash=step["hashes"].get(row.family, row.source_hash))
+                    for key, row in rows.items()}
         else:
             raise SystemExit(f"unknown records step {step['step']}")
     out.unlink(missing_ok=True)
@@ -306,8 +310,7 @@ def job(family: str, params: dict, dtype: str, shape: tuple, source: str) -> dic
 def record_jobs(dtype: str | None) -> list[dict]:
     from autotune.store.records import shipped_rows
 
-    return [job(r["family"], r["params"], r["dtype"], (r["m"], r["n"], r["k"]), "record")
-            for r in shipped_rows(None, dtype) if (r.get("layout") or "NN") == "NN"]
+    return [job(r.family, r.params, r.dtype, r.shape, "record") for r in shipped_rows(None, dtype) if r.layout == "NN"]
 
 
 def skinny_shapes(seed: int, count: int) -> list[tuple[int, int, int]]:
@@ -336,8 +339,8 @@ def candidate_tiles() -> tuple[list[dict], int]:
 
     tiles = []
     for row in shipped_rows(None, "float32"):
-        if (row.get("layout") or "NN") == "NN" and row["family"] in ("vector", "splitk"):
-            tile = tile_of(row["params"])
+        if row.layout == "NN" and row.family in ("vector", "splitk"):
+            tile = tile_of(row.params)
             if tile not in tiles:
                 tiles.append(tile)
     for extra in (SKINNY_TILE, FEW_TILE):
@@ -364,7 +367,7 @@ def training_jobs(shapes: list[tuple], tiles: list[dict], everywhere: int) -> li
         tried = len(tiles) if min(shape[:2]) <= SKINNY else everywhere
         for index, tile in enumerate(tiles[:tried]):
             for policy in POLICIES:
-                family, params = config_for(tile, policy, *shape, SM_COUNT)
+                family, params = config_for(tile, policy, tuple(shape), SM_COUNT)
                 if infeasibility(family, params, "float32", limits) is not None:
                     continue  # lookup passes it over too
                 key = Config.of(family, params).key
@@ -401,7 +404,7 @@ def stream_jobs(table: dict, shape: dict) -> list[dict]:
     m, n, k = shape["m"], shape["n"], shape["k"]
     found: dict[str, dict] = {}
     for index, tile in enumerate(table["tiles"]):
-        family, params = config_for(tile, STREAM, m, n, k, SM_COUNT)
+        family, params = config_for(tile, STREAM, (m, n, k), SM_COUNT)
         if infeasibility(family, params, "float32", limits) is not None:
             continue
         key = Config.of(family, params).key
@@ -460,6 +463,17 @@ def part_of(shapes: list, part: str) -> list:
 
 # -- building and timing ---------------------------------------------------------------------------
 
+def store_key(key: tuple):
+    """The kernel store's key (autotune.store.cubins.BuildKey) of a `build_key`, for ARCH."""
+    from autotune.store.cubins import BuildKey
+    from kernels import Config
+    from kernels.rules import Arch
+
+    family, params, dtype, bits, unaligned, layout = key
+    return BuildKey(Config.of(family, json.loads(params)), dtype, Arch.of(ARCH), layout=layout, offset_bits=bits,
+                    unaligned=unaligned)
+
+
 def build_key(j: dict) -> tuple:
     """What a job's kernel is built as: for its shape and layout (a job's "layout", default NN),
     or for the operands a job's `unaligned` names."""
@@ -477,7 +491,7 @@ def _build(key: tuple, root: str) -> tuple[tuple, str | None, float]:
     family, params, dtype, bits, unaligned, layout = key
     started = time.perf_counter()
     try:
-        cubins.get(family, json.loads(params), dtype, ARCH, Path(root), layout, bits, unaligned)
+        cubins.get(store_key(key), Path(root))
         return key, None, time.perf_counter() - started
     except Exception as error:  # noqa: BLE001 - a config that does not build is reported, not fatal
         return key, str(error).splitlines()[0][:300], time.perf_counter() - started
@@ -553,10 +567,9 @@ def time_job(device, gpu, root: Path, failed: dict, j: dict, ops) -> None:
     j["error"] = failed.get(build_key(j))
     if j["error"]:
         return
-    family, params, dtype, bits, unaligned, layout = build_key(j)
-    entry = cubins.read(cubins.key_parts(family, json.loads(params), dtype, ARCH, root, layout, bits, unaligned), root)
+    entry = cubins.read(cubins.key_parts(store_key(build_key(j)), root), root)
     m, n, k = j["shape"]
-    plan = front.entry_plan(gpu, entry, m, n, k, dtype, layout)
+    plan = front.entry_plan(gpu, entry, (m, n, k), j["dtype"], j.get("layout", "NN"))
     j["registers"] = entry.header.get("registers")
     seconds, j["error"], j["relative_error"] = timed(
         device, lambda: plan.launch(ops.A.data_ptr(), ops.B.data_ptr(), ops.C.data_ptr(),

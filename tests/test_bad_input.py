@@ -18,6 +18,7 @@ import autotune.tune.tuner
 from autotune.cli import app
 from autotune.errors import InfrastructureFailure
 from autotune.store.cache import APPLICATION_ID, Cache
+from autotune.store.rows import Row
 from autotune.tune.replay import Replay
 from autotune.tune.tuner import TuneRequest, tune
 
@@ -42,7 +43,7 @@ def snapshot(path: Path) -> tuple[bytes, bytes]:
 def cache(isolated_cache):
     """A cache holding one row, closed (its WAL checkpointed into the file)."""
     opened = Cache()
-    opened.record(ROW)
+    opened.record(Row.of(ROW))
     opened.close()
     return isolated_cache
 

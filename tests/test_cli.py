@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 import kernels
 from autotune.store.cache import Cache
 from autotune.cli import app
+from autotune.store.rows import Row
 
 runner = CliRunner()
 ROW = dict(device="NVIDIA H200", dtype="float32", m=1024, n=1024, k=1024, family="shared",
@@ -40,15 +41,15 @@ def test_tune_then_resume_then_best_in_the_simulator():
 
 
 def test_best_json_prints_the_rows_exactly():
-    Cache().record(ROW)
+    Cache().record(Row.of(ROW))
     result = invoke("best", "--json", "--m", 1024, "--n", 1024, "--k", 1024)
     assert result.exit_code == 0
     assert json.loads(result.stdout) == [{**ROW, "stale": True}]  # "abc" is not today's code
 
 
 def test_best_table():
-    Cache().record(ROW)
-    Cache().record({**ROW, "m": 2048, "gflops": 0.5, "source_hash": kernels.source_hash("shared")})
+    Cache().record(Row.of(ROW))
+    Cache().record(Row.of({**ROW, "m": 2048, "gflops": 0.5, "source_hash": kernels.source_hash("shared")}))
     lines = invoke("best", "--dtype", "float32").stdout.splitlines()
     assert [c.strip() for c in lines[1].split("┃")[1:-1]] == [
         "device", "dtype", "M", "N", "K", "layout", "precision", "family", "params", "GFLOPS", "spread", "trials",
@@ -133,7 +134,7 @@ def test_a_corrupt_cache_is_reported_not_overwritten(isolated_cache):
 def test_cache_check_and_reset_set_a_damaged_file_aside(isolated_cache):
     assert invoke("cache", "check").stdout == f"no cache yet at {isolated_cache}\n"
     cache = Cache()
-    cache.record(ROW)
+    cache.record(Row.of(ROW))
     cache.close()  # an open connection would checkpoint its WAL into the file set aside below
     assert invoke("cache", "check").stdout == f"ok: {isolated_cache}\n"
     isolated_cache.write_bytes(b"garbage" * 500)
@@ -147,16 +148,16 @@ def test_cache_check_and_reset_set_a_damaged_file_aside(isolated_cache):
 
 
 def test_export_then_import_merges_keeping_the_faster_rows(tmp_path, monkeypatch):
-    Cache().record(ROW)
-    Cache().record({**ROW, "dtype": "float64", "gflops": 100.0})
+    Cache().record(Row.of(ROW))
+    Cache().record(Row.of({**ROW, "dtype": "float64", "gflops": 100.0}))
     exported = tmp_path / "rows.json"
     assert invoke("export", "--out", exported).exit_code == 0
     assert json.loads(exported.read_text()) == json.loads(invoke("export").stdout)
     monkeypatch.setenv("MMTUNE_CACHE", str(tmp_path / "other" / "cache.db"))
-    Cache().record({**ROW, "gflops": 9000.0, "family": "register", "params": {"bm": 64}})
+    Cache().record(Row.of({**ROW, "gflops": 9000.0, "family": "register", "params": {"bm": 64}}))
     result = invoke("import", exported)
     assert result.stdout == f"imported 2 rows from {exported}: 1 written, 1 kept (the cache's were current or faster)\n"
-    rows = {r["dtype"]: (r["family"], r["gflops"]) for r in Cache().rows()}
+    rows = {r.dtype: (r.family, r.gflops) for r in Cache().rows()}
     assert rows == {"float32": ("register", 9000.0), "float64": ("shared", 100.0)}
 
 
@@ -171,12 +172,12 @@ def test_export_then_import_merges_keeping_the_faster_rows(tmp_path, monkeypatch
     ],
 )
 def test_import_refuses_a_malformed_file_and_leaves_the_cache_alone(tmp_path, content, message):
-    Cache().record(ROW)
+    Cache().record(Row.of(ROW))
     bad = tmp_path / "bad.json"
     bad.write_text(content)
     result = invoke("import", bad)
     assert result.exit_code == 2 and result.stderr.startswith(f"error: {bad}: ") and message in result.stderr
-    assert Cache().rows() == [ROW]
+    assert Cache().rows() == [Row.of(ROW)]
 
 
 def test_plot_draws_the_shipped_studies_and_a_bench_chart(tmp_path):

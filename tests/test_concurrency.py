@@ -12,6 +12,7 @@ import optuna
 from autotune.store.cache import Cache
 from autotune.tune.storage import open_storage
 from autotune.tune.study import study_name
+from autotune.space.problem import Problem
 
 TESTS = str(Path(__file__).parent)
 KEYS = [(64, 64, 64), (128, 64, 64), (64, 128, 32)]
@@ -19,12 +20,13 @@ KEYS = [(64, 64, 64), (128, 64, 64), (64, 128, 32)]
 RECORDER = """
 import random, sys
 from autotune.store.cache import Cache
+from autotune.store.rows import Row
 worker, keys = int(sys.argv[1]), eval(sys.argv[2])
 rng = random.Random(worker)
 cache = Cache()
 for i in range(60):
     m, n, k = keys[i % len(keys)]
-    cache.record(dict(device="GPU", dtype="float32", m=m, n=n, k=k, family="shared",
+    cache.record(Row(device="GPU", dtype="float32", m=m, n=n, k=k, family="shared",
                       params={"tpb": 16, "pad": worker % 3}, gflops=rng.uniform(1, 1000)))
 """
 
@@ -47,6 +49,9 @@ from autotune.store.cache import Cache
 from autotune.space.configs import DeviceLimits
 from autotune.tune.storage import open_storage
 from autotune.tune.study import open_study
+from autotune.backends import Device
+from autotune.space.problem import Problem
+from autotune.tune.study import WarmStart
 spec, worker, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
 cache = Cache()
 storage = open_storage(spec)
@@ -55,7 +60,9 @@ arrived.mkdir(exist_ok=True)
 (arrived / worker).touch()
 while len(list(arrived.iterdir())) < workers:  # all openers call Optuna at the same moment
     pass
-open_study(storage, spec, "race", None, cache, "simulator", "float32", (8, 8, 8), ["shared", "vector"], DeviceLimits())
+start = WarmStart(problem=Problem("simulator", "float32", 8, 8, 8), gpu=Device("simulator", "", 0),
+                  families=["shared", "vector"], limits=DeviceLimits())
+open_study(storage, spec, "race", None, cache, start)
 """
 
 
@@ -81,7 +88,7 @@ def test_eight_writers_keep_the_fastest_row_of_every_key(isolated_cache):
         for i in range(60):
             key = KEYS[i % len(KEYS)]
             expected[key] = max(expected.get(key, 0), rng.uniform(1, 1000))
-    rows = {(r["m"], r["n"], r["k"]): r["gflops"] for r in Cache().rows()}
+    rows = {r.shape: r.gflops for r in Cache().rows()}
     assert rows == expected
     assert sqlite3.connect(isolated_cache).execute("PRAGMA integrity_check").fetchone() == ("ok",)
 
@@ -89,16 +96,16 @@ def test_eight_writers_keep_the_fastest_row_of_every_key(isolated_cache):
 def test_eight_tuners_on_shared_and_separate_shapes(isolated_cache):
     shapes = [(8, 8, 8)] * 4 + [(9, 8, 8), (8, 9, 8), (8, 8, 9), (7, 7, 7)]
     finish([spawn(TUNER, *shape, TESTS, seed) for seed, shape in enumerate(shapes)])
-    rows = {(r["m"], r["n"], r["k"]): r for r in Cache().rows()}
+    rows = {r.shape: r for r in Cache().rows()}
     assert set(rows) == set(shapes)
     storage = open_storage(str(isolated_cache.parent / "studies.journal"))
     for shape in set(shapes):
-        study = optuna.load_study(study_name=study_name("simulator", "float32", *shape, precision="ieee"), storage=storage)
+        study = optuna.load_study(study_name=study_name(Problem("simulator", "float32", *shape, precision="ieee"), narrowed=True), storage=storage)
         numbers = [t.number for t in study.trials]
         assert len(numbers) == len(set(numbers)) and all(t.state.is_finished() for t in study.trials)
         best = max(t.value for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE)
-        assert rows[shape]["gflops"] == best
-    shared = optuna.load_study(study_name=study_name("simulator", "float32", 8, 8, 8, precision="ieee"), storage=storage)
+        assert rows[shape].gflops == best
+    shared = optuna.load_study(study_name=study_name(Problem("simulator", "float32", 8, 8, 8, precision="ieee"), narrowed=True), storage=storage)
     assert len(shared.trials) >= 5  # four tuners resumed one study
     assert sqlite3.connect(isolated_cache).execute("PRAGMA integrity_check").fetchone() == ("ok",)
 

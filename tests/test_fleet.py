@@ -17,6 +17,7 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.store.cache import Cache
+from autotune.space.problem import Problem
 from autotune.tune.fleet import WINNER, pull
 from autotune.space.encoding import config_of, distributions, trial_params
 from autotune.tune.storage import StorageError, heartbeat_settings, masked, open_storage, scrub, storage_errors
@@ -35,7 +36,7 @@ import socket, sys, time
 socket.gethostname = lambda: "host-a"
 from autotune.tune.tuner import TuneRequest, tune
 
-def hang(kernel, m, n, k, rng, warmup=3, repeat=20, lock=None):
+def hang(kernel, shape, rng, warmup=3, repeat=20, lock=None):
     time.sleep(3600)
 
 tune(TuneRequest(6, 5, 4, trials=6, families=["shared"], storage=sys.argv[1], jobs=1), hang, show_progress=False)
@@ -87,7 +88,7 @@ def tune_command(url: str, trials: int, jobs: int = 1) -> list[str]:
 
 
 def load(url: str, shape=SHAPE) -> optuna.Study:
-    return optuna.load_study(study_name=study_name("simulator", "float32", *shape, precision="ieee"),
+    return optuna.load_study(study_name=study_name(Problem("simulator", "float32", *shape, precision="ieee"), narrowed=True),
                              storage=open_storage(url, heartbeat=False))
 
 
@@ -133,10 +134,10 @@ def test_two_hosts_finish_one_study(fleet):
     owners = {t.user_attrs["owner"].rpartition(":")[2] for t in measured}
     assert len(owners) >= 2  # more than one process measured
     assert not study.get_trials(states=(TrialState.RUNNING, TrialState.WAITING))
-    rows = [Cache(cache).get("simulator", "float32", *SHAPE) for cache in fleet["caches"]]
+    rows = [Cache(cache).get(Problem("simulator", "float32", *SHAPE)) for cache in fleet["caches"]]
     assert all(rows)
     winner = study.user_attrs[WINNER]
-    assert winner["gflops"] == max(row["gflops"] for row in rows)
+    assert winner["gflops"] == max(row.gflops for row in rows)
 
 
 def test_the_password_shows_up_nowhere(fleet, server):
@@ -157,8 +158,8 @@ def test_pull_brings_the_winner_home(fleet, server, isolated_cache):
     assert done.stdout.strip() == (f"pulled 1 studies of simulator from {masked(fleet['url'])}: 1 written, 0 kept "
                                    "(the cache's were current or faster), 0 without a verified trial")
     winner = load(fleet["url"]).user_attrs[WINNER]
-    row = Cache().get("simulator", "float32", *SHAPE)
-    assert (row["family"], row["params"], row["gflops"]) == (winner["family"], winner["params"], winner["gflops"])
+    row = Cache().get(Problem("simulator", "float32", *SHAPE))
+    assert (row.family, row.params, row.gflops) == (winner["family"], winner["params"], winner["gflops"])
     assert server.password not in isolated_cache.read_bytes().decode(errors="replace")
 
     again = pull(fleet["url"], "simulator")
@@ -169,7 +170,7 @@ def test_pull_brings_the_winner_home(fleet, server, isolated_cache):
 
 def test_pull_takes_the_best_complete_trial_of_an_unfinished_study(server, isolated_cache):
     url = server.url(server.new_database())
-    study = optuna.create_study(study_name=study_name("simulator", "float32", 3, 3, 3), direction="maximize",
+    study = optuna.create_study(study_name=study_name(Problem("simulator", "float32", 3, 3, 3)), direction="maximize",
                                 storage=open_storage(url, heartbeat=False))
     space = distributions(["shared"])
     for tpb, value in ((8, 5.0), (16, 7.0)):
@@ -182,8 +183,8 @@ def test_pull_takes_the_best_complete_trial_of_an_unfinished_study(server, isola
         params=params, distributions={name: space[name] for name in params}, state=TrialState.FAIL))
     result = pull(url, "simulator")
     assert (result.studies, result.written) == (1, 1)
-    row = Cache().get("simulator", "float32", 3, 3, 3)
-    assert (row["params"], row["gflops"]) == ({"tpb": 16, "pad": 0}, 7.0)
+    row = Cache().get(Problem("simulator", "float32", 3, 3, 3))
+    assert (row.params, row.gflops) == ({"tpb": 16, "pad": 0}, 7.0)
 
 
 def test_a_host_killed_mid_trial_is_reaped_and_the_other_finishes(server, tmp_path):

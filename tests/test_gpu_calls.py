@@ -22,7 +22,9 @@ from autotune.call import launch
 from autotune.store import cubins
 from autotune.store import shapes
 from autotune.measure.measurement import error_bound, random_inputs, reference, relative_error
-from kernels.rules import unaligned_for
+from autotune.space.problem import Problem
+from kernels import Config
+from kernels.rules import Arch, unaligned_for
 
 SLEEP_CYCLES = 500_000_000  # ~0.25 s of one GPU thread spinning: long enough to see asynchrony
 
@@ -62,7 +64,8 @@ def test_results_through_the_driver_are_exact(shape, dtype, rng):
 @pytest.mark.parametrize("shape", [(257, 5003, 1031), (129, 256, 64), (65, 40, 33)])
 def test_the_last_rows_peeled_off_are_computed_and_the_rest_left_alone(shape, rng):
     m, n, k = shape
-    shapes.remember(torch.cuda.get_device_name(0), "float32", shape, "vector", {**kernels.family("vector").default, "bm": 64})
+    shapes.remember(Problem(torch.cuda.get_device_name(0), "float32", *shape),
+                    Config.of("vector", {**kernels.family("vector").default, "bm": 64}))
     A, B, tA, tB = operands(*shape, "float32", rng)
     out = torch.full((m, n), float("nan"), device="cuda:0")
     front.matmul(tA, tB, out=out)
@@ -73,7 +76,8 @@ def test_the_last_rows_peeled_off_are_computed_and_the_rest_left_alone(shape, rn
 
 def test_split_k_zeroes_c_before_adding(rng):
     shape = (96, 80, 640)
-    shapes.remember(torch.cuda.get_device_name(0), "float32", shape, "splitk", kernels.family("splitk").default)
+    shapes.remember(Problem(torch.cuda.get_device_name(0), "float32", *shape),
+                    Config.of("splitk", kernels.family("splitk").default))
     A, B, tA, tB = operands(*shape, "float32", rng)
     out = torch.full((96, 80), 7.0, device="cuda:0")
     for _ in range(3):  # a C not zeroed would accumulate
@@ -284,9 +288,10 @@ def test_an_operand_past_2_32_elements_gets_64_bit_offsets():
     C = front.matmul(tA, tB)
     torch.cuda.synchronize()
     call = next(iter(MEMOS.table("call.plans").values()))
-    parts = cubins.key_parts(call.family, call.config, "float32", torch.cuda.get_device_capability(0), None, "NN", 64,
-                            unaligned_for(m, n, k, "NN", "float32"))
-    assert cubins.entry_key(parts) in MEMOS.table("call.loaded")  # the 64-bit kernel was built and launched
+    parts = cubins.key_parts(cubins.BuildKey(Config.of(call.family, call.config), "float32",
+                                              Arch.of(torch.cuda.get_device_capability(0)), offset_bits=64,
+                                              unaligned=unaligned_for(m, n, k, "NN", "float32")))
+    assert call.plan.loaded.image == cubins.read(parts).cubin  # the 64-bit kernel was built and launched
     assert sampled_error(C, tA, tB) <= error_bound("float32", k)
     ref = tA[-8:].double() @ tB[:, -8:].double()  # C's last elements: past 2**32 from its start
     assert float(torch.linalg.norm(C[-8:, -8:].double() - ref) / torch.linalg.norm(ref)) <= error_bound("float32", k)

@@ -9,6 +9,7 @@ import kernels
 from autotune.store.cache import Cache
 from autotune.measure.isolation import Isolated, MeasureFailed
 from autotune.tune.tuner import TuneRequest, tune
+from autotune.space.problem import Problem
 
 
 def kernel(config):
@@ -23,7 +24,7 @@ def isolated():
 
 
 def test_a_good_config_is_measured_in_the_child(isolated):
-    result = isolated(kernel({"tpb": 16, "pad": 1}), 4, 4, 4, np.random.default_rng(0))
+    result = isolated(kernel({"tpb": 16, "pad": 1}), (4, 4, 4), np.random.default_rng(0))
     assert result.gflops == 17.0 and isolated._process.pid != os.getpid()
 
 
@@ -36,11 +37,11 @@ def test_a_good_config_is_measured_in_the_child(isolated):
     ],
 )
 def test_a_fault_fails_the_call_and_the_next_gets_a_fresh_child(isolated, config, message):
-    isolated(kernel({"tpb": 16, "pad": 0}), 4, 4, 4, np.random.default_rng(0))
+    isolated(kernel({"tpb": 16, "pad": 0}), (4, 4, 4), np.random.default_rng(0))
     first = isolated._process.pid
     with pytest.raises(MeasureFailed, match=message):
-        isolated(kernel(config), 4, 4, 4, np.random.default_rng(0))
-    assert isolated(kernel({"tpb": 32, "pad": 0}), 4, 4, 4, np.random.default_rng(0)).gflops == 32.0
+        isolated(kernel(config), (4, 4, 4), np.random.default_rng(0))
+    assert isolated(kernel({"tpb": 32, "pad": 0}), (4, 4, 4), np.random.default_rng(0)).gflops == 32.0
     assert isolated._process.pid != first
 
 
@@ -57,5 +58,5 @@ def test_the_study_survives_crashing_hanging_and_poisoning_kernels():
     assert "CUDA_ERROR_ILLEGAL_ADDRESS" in failed[2]
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(complete) == 6
-    row = Cache().get("simulator", "float32", 6, 5, 4)
-    assert (row["params"], row["gflops"]) == ({"tpb": 32, "pad": 2}, 34.0)
+    row = Cache().get(Problem("simulator", "float32", 6, 5, 4))
+    assert (row.params, row.gflops) == ({"tpb": 32, "pad": 2}, 34.0)

@@ -11,6 +11,7 @@ import optuna
 
 from autotune.tune.storage import open_storage
 from autotune.tune.study import measured_trials, study_name
+from autotune.space.problem import Problem
 
 SHAPE = ("6", "5", "4")
 
@@ -22,7 +23,7 @@ def command(trials: int) -> list[str]:
 
 
 def load(journal):
-    return optuna.load_study(study_name=study_name("simulator", "float32", *map(int, SHAPE), precision="ieee"), storage=open_storage(str(journal)))
+    return optuna.load_study(study_name=study_name(Problem("simulator", "float32", *map(int, SHAPE), precision="ieee"), narrowed=True), storage=open_storage(str(journal)))
 
 
 def test_kill_9_mid_study_then_rerun_resumes(isolated_cache):

@@ -87,7 +87,7 @@ def fake_plan(monkeypatch, splits=1):
     loaded = launch.LoadedKernel(library=None, kernel="k", dynamic_shared=0)
     words, slots = launch.pack_arguments([(30, 20), (20, 10), (30, 10)], 4)
     grid = launch.grid_for(30, 10, (16, 8), splits)
-    return launch.Plan(loaded, dev, grid, (64,), words, slots, 30 * 10 if splits > 1 else 0), driver
+    return launch.Plan(loaded, dev, launch.Blocks(grid, (64,), 30 * 10 if splits > 1 else 0), words, slots), driver
 
 
 class ContextDriver(FakeDriver):
@@ -119,7 +119,7 @@ def test_a_launch_on_another_gpu_puts_the_callers_context_back(monkeypatch, call
     gpu1.ordinal, gpu1.context, gpu1.context_id = 1, 11, 11
     loaded = launch.LoadedKernel(library=None, kernel="k", dynamic_shared=0)
     words, slots = launch.pack_arguments([(30, 20), (20, 10), (30, 10)], 4)
-    plan = launch.Plan(loaded, gpu1, launch.grid_for(30, 10, (16, 8), 1), (64,), words, slots)
+    plan = launch.Plan(loaded, gpu1, launch.Blocks(launch.grid_for(30, 10, (16, 8), 1), (64,)), words, slots)
     assert driver.current == caller
     plan.launch(0x1000, 0x2000, 0x3000, 0)
     assert driver.at_launch == [11] and driver.current == caller
@@ -232,8 +232,9 @@ def test_the_call_path_launches_on_the_callers_stream(monkeypatch):
     launched = []
     plan = types.SimpleNamespace(launch=lambda a, b, c, s: launched.append((a, b, c, s)))
     A, B, C = FakeTensor((3, 4), device=1, pointer=1), FakeTensor((4, 5), device=1, pointer=2), FakeTensor((3, 5), device=1, pointer=3)
-    monkeypatch.setattr(front, "_build", lambda key, kind, a, b, stream, deterministic, precision: front.CallPlan(
-        kind, 3, 5, "float32", "NN", ((3, 5), None, "torch.float32", 1), plan, "naive", {}))
+    monkeypatch.setattr(front, "_build", lambda key, kind, a, b, options: front.CallPlan(
+        kind=kind, m=3, n=5, dtype="float32", layout="NN", out_key=((3, 5), None, "torch.float32", 1), plan=plan,
+        family="naive", config={}))
     autotune.clear()
     monkeypatch.setattr(front, "backend", lambda: "driver")
     assert front.matmul(A, B, out=C) is C
@@ -285,4 +286,4 @@ def test_operand_checks_refuse_with_one_line(A, B, C, message):
 def test_graph_capture_without_a_plan_is_an_error(monkeypatch):
     monkeypatch.setattr(launch, "capturing", lambda stream: True)
     with pytest.raises(CaptureError, match="call matmul once with these operands before capturing"):
-        front._refuse_during_capture(5, 2, 3, 4, "float32", 0)
+        front._refuse_during_capture(5, (2, 3, 4), "float32", 0)

@@ -21,14 +21,21 @@ from autotune.call import front
 from autotune.call import launch
 from autotune.store import cubins
 from autotune.store import shapes
-from autotune.store.cache import Cache, RecordsError, validate_records
+from autotune.errors import RecordsError
+from autotune.store.cache import Cache
+from autotune.store.rows import validate_records
 from autotune.tune.fleet import parse_study_name
 from autotune.measure.measurement import error_bound, random_inputs, reference, relative_error, verify
 from autotune.call.operands import Operand, check_product, read_cai, read_torch
 from autotune.errors import OperandError
 from kernels.rules import memory_shapes, offset_bits_for, peeled_rows, unaligned_for
 from autotune.tune.study import space_hash, study_name
+from autotune.space.problem import Problem
+from autotune.store.rows import Row
 from test_launch import FakeTensor
+from dataclasses import replace
+from kernels import Config
+from kernels.rules import Arch
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -98,19 +105,16 @@ def test_a_plan_packs_the_memory_shapes_and_builds_for_the_layout_and_offsets(mo
     entry = types.SimpleNamespace(key="k", cubin=b"", name="f", dynamic_shared=64 * 1024, tile=(64, 16), splits=1,
                                   workers_per_sm=0, adds=False, block=(128,))
 
-    def find_entry(gpu, m, n, k, dtype, layout, deterministic=False, precision=None):
-        asked.append((m, n, k, dtype, layout))
-        return "vector", {}, entry
+    def find_entry(gpu, problem, deterministic=False):
+        asked.append((*problem.shape, problem.dtype, problem.layout))
+        return front.Served(Config.of("vector", {}), entry)
 
     monkeypatch.setattr(front, "find_entry", find_entry)
-    monkeypatch.setattr(front, "_identity", lambda device: None)
     memos.clear()
-    monkeypatch.setattr(launch, "capturing", lambda stream: False)
     monkeypatch.setattr(launch, "load", lambda cubin, name, shared: launch.LoadedKernel(None, "k", shared))
     monkeypatch.setattr(launch.LoadedKernel, "opt_in", lambda self, dev: None)
     device = types.SimpleNamespace(enter=lambda: None, leave=lambda previous: None, ordinal=0)
-    a = Operand(1, (5_000_000, 16), (4, 20_000_000), np.dtype("float32"), 0)
-    plan, family, _ = front._plan(device, "cai", a, 0, 5_000_000, 16, 16, "float32", "TN")
+    plan, _ = front._plan(device, None, Problem(H100, "float32", 5_000_000, 16, 16, "TN"), False)
     assert asked == [(5_000_000, 16, 16, "float32", "TN")]
     words, slots = launch.pack_arguments([(16, 5_000_000), (16, 16), (5_000_000, 16)], 4)
     assert (plan.words, plan.slots) == (words, slots)
@@ -118,7 +122,7 @@ def test_a_plan_packs_the_memory_shapes_and_builds_for_the_layout_and_offsets(mo
     assert plan.grid == (78125, 1, 1) and plan.shared == 64 * 1024 and plan.zero_words == 0
     streamed = types.SimpleNamespace(**{**vars(entry), "workers_per_sm": 2, "adds": True})
     device.attribute = {"CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT": 132}.get
-    plan = front.entry_plan(device, streamed, 5_000_000, 16, 16, "float32", "TN")
+    plan = front.entry_plan(device, streamed, (5_000_000, 16, 16), "float32", "TN")
     assert plan.grid == (264, 1, 1) and plan.zero_words == 5_000_000 * 16  # stream-K: 2 blocks per SM, C zeroed
 
 
@@ -137,19 +141,17 @@ def test_a_peeled_plan_launches_the_first_rows_then_the_rest_on_their_rows_of_a_
                                           workers_per_sm=0, adds=False, block=(128,)),
                1: types.SimpleNamespace(key="rest", cubin=b"", name="g", dynamic_shared=0, tile=(16, 128), splits=16,
                                         workers_per_sm=0, adds=True, block=(64,))}
-    configs = {257: ("vector", {"bm": 64}), 1: ("splitk", {"bm": 16, "splits": 16})}
-    monkeypatch.setattr(front, "find_entry", lambda gpu, m, n, k, dtype, layout, deterministic=False, precision=None: (*configs[m], entries[m]))
-    monkeypatch.setattr(front, "_identity", lambda device: None)
+    configs = {257: Config.of("vector", {"bm": 64}), 1: Config.of("splitk", {"bm": 16, "splits": 16})}
+    monkeypatch.setattr(front, "find_entry", lambda gpu, problem, deterministic=False: front.Served(
+        configs[problem.m], entries[problem.m]))
     memos.clear()
-    monkeypatch.setattr(launch, "capturing", lambda stream: False)
     monkeypatch.setattr(launch, "load", lambda cubin, name, shared: launch.LoadedKernel(None, name, shared))
     launched = []
     monkeypatch.setattr(launch.Plan, "launch", lambda plan, a, b, c, stream: launched.append((plan.kernel, a, b, c, stream)))
     device = types.SimpleNamespace(enter=lambda: None, leave=lambda previous: None, ordinal=0)
     m, n, k = 257, 5003, 1031
-    plan, family, config = front._plan(device, "cai", Operand(1, (m, k), None, np.dtype("float32"), 0), 0, m, n, k,
-                                       "float32", "NN")
-    assert isinstance(plan, launch.RowParts) and (family, config) == configs[257]
+    plan, config = front._plan(device, None, Problem(H100, "float32", m, n, k), False)
+    assert isinstance(plan, launch.RowParts) and config == configs[257]
     (main, *_), (rest, *_) = plan.parts
     assert main.words == launch.pack_arguments([(256, k), (k, n), (256, n)], 4)[0] and main.grid == (4 * 40, 1, 1)
     assert rest.words == launch.pack_arguments([(1, k), (k, n), (1, n)], 4)[0] and rest.grid == (40, 16, 1)
@@ -160,26 +162,25 @@ def test_a_peeled_plan_launches_the_first_rows_then_the_rest_on_their_rows_of_a_
 
 def test_find_entry_remembers_and_builds_per_layout_offset_width_and_alignment(monkeypatch, tmp_path):
     built = []
-    monkeypatch.setattr(cubins, "get", lambda family, config, dtype, cc, root=None, layout="NN", offset_bits=32,
-                        unaligned="": built.append((family, layout, offset_bits, unaligned)) or "entry")
+    monkeypatch.setattr(cubins, "get", lambda key, root=None: built.append(key) or "entry")
     gpu = autotune.backends.Device(H100, "9.0", 132)
-    assert front.find_entry(gpu, 65536, 16, 65537, "float32", "NT")[2] == "entry"
-    front.find_entry(gpu, 8, 8, 8, "float32", "TT")
-    front.find_entry(gpu, 8, 8, 6, "float64", "NN")  # A's rows of 6 doubles: 48 bytes; B's of 8 doubles
-    front.find_entry(gpu, 8, 7, 9, "float32", "NN")  # A's rows of 9 floats, B's and C's of 7
-    assert [(layout, bits, rows) for _, layout, bits, rows in built] == [
+    assert front.find_entry(gpu, Problem(H100, "float32", 65536, 16, 65537, "NT")).entry == "entry"
+    front.find_entry(gpu, Problem(H100, "float32", 8, 8, 8, "TT"))
+    front.find_entry(gpu, Problem(H100, "float64", 8, 8, 6))  # A's rows of 6 doubles: 48 bytes; B's of 8 doubles
+    front.find_entry(gpu, Problem(H100, "float32", 8, 7, 9))  # A's rows of 9 floats, B's and C's of 7
+    assert [(key.layout, key.offset_bits, key.unaligned) for key in built] == [
         ("NT", 64, "AB"), ("TT", 32, ""), ("NN", 32, ""), ("NN", 32, "ABC")]  # NT: A's rows of 65537, B's of 65537
-    assert shapes.recall(H100, "float32", (8, 8, 8), layout="TT") is not None
-    assert shapes.recall(H100, "float32", (8, 8, 8), layout="NN") is None
+    assert shapes.recall(Problem(H100, "float32", 8, 8, 8, "TT")) is not None
+    assert shapes.recall(Problem(H100, "float32", 8, 8, 8)) is None
 
 
 def test_store_keys_differ_by_layout_offset_bits_and_alignment():
-    base = ("vector", {"bm": 64}, "float32", (9, 0), None)
-    keys = {cubins.entry_key(cubins.key_parts(*base, layout, bits, rows))
+    base = cubins.BuildKey(Config.of("vector", {"bm": 64}), "float32", Arch(9, 0))
+    keys = {cubins.entry_key(cubins.key_parts(replace(base, layout=layout, offset_bits=bits, unaligned=rows)))
             for layout in kernels.LAYOUTS for bits in (32, 64) for rows in ("", "A", "B", "AB", "ABC")}
     assert len(keys) == 40
-    assert cubins.key_parts(*base)["layout"] == "NN" and cubins.key_parts(*base)["offset_bits"] == 32
-    assert cubins.key_parts(*base)["unaligned"] == ""
+    assert cubins.key_parts(base)["layout"] == "NN" and cubins.key_parts(base)["offset_bits"] == 32
+    assert cubins.key_parts(base)["unaligned"] == ""
 
 
 def test_unaligned_rows_name_the_operands_whose_rows_miss_16_byte_multiples():
@@ -197,9 +198,9 @@ def test_unaligned_rows_name_the_operands_whose_rows_miss_16_byte_multiples():
 
 def row(layout=None, pad=0, shape=(256, 256, 256), gflops=100.0):
     m, n, k = shape
-    found = dict(device=H100, cc="9.0", sm_count=132, dtype="float32", m=m, n=n, k=k, family="shared",
+    found = Row(device=H100, cc="9.0", sm_count=132, dtype="float32", m=m, n=n, k=k, family="shared",
                  params={"tpb": 8, "pad": pad}, gflops=gflops, source_hash=kernels.source_hash("shared"))
-    return found if layout is None else {**found, "layout": layout}
+    return found if layout is None else replace(found, layout=layout)
 
 
 def test_an_older_cache_gains_the_layout_column_in_its_key(isolated_cache):
@@ -211,18 +212,18 @@ def test_an_older_cache_gains_the_layout_column_in_its_key(isolated_cache):
     old.commit()
     old.close()
     cache = Cache()
-    assert [(r["m"], r["layout"], r["sm_count"]) for r in cache.rows()] == [(8, "NN", 132)]
-    assert cache.record({**row("TN"), "device": "GPU", "m": 8, "n": 8, "k": 8})  # another key, not a faster row
-    assert [r["layout"] for r in cache.rows()] == ["NN", "TN"]
-    assert cache.get("GPU", "float32", 8, 8, 8, "TN")["layout"] == "TN"
+    assert [(r.m, r.layout, r.sm_count) for r in cache.rows()] == [(8, "NN", 132)]
+    assert cache.record(replace(row("TN"), device="GPU", m=8, n=8, k=8))  # another key, not a faster row
+    assert [r.layout for r in cache.rows()] == ["NN", "TN"]
+    assert cache.get(Problem("GPU", "float32", 8, 8, 8, "TN")).layout == "TN"
     assert Cache().table.pks == ["device", "dtype", "m", "n", "k", "layout", "precision"]  # opened again: nothing to migrate
 
 
 def test_records_carry_the_layout_and_rows_without_one_are_nn(tmp_path):
     Cache().merge([row(), row("TT", pad=1)])
-    assert {(r["layout"], r["params"]["pad"]) for r in Cache().rows()} == {("NN", 0), ("TT", 1)}
+    assert {(r.layout, r.params["pad"]) for r in Cache().rows()} == {("NN", 0), ("TT", 1)}
     with pytest.raises(RecordsError, match="layout is invalid \\('XY'\\)"):
-        validate_records([row("XY")])
+        validate_records([{**row().as_dict(), "layout": "XY"}])
     out = tmp_path / "records.json"
     autotune.store.records.promote([row(), row("TT", pad=1)], out=out)
     written = json.loads(out.read_text())
@@ -231,8 +232,8 @@ def test_records_carry_the_layout_and_rows_without_one_are_nn(tmp_path):
 
 def test_study_names_hold_a_layout_other_than_nn_and_the_space():
     tag = f":space-{space_hash()}"
-    assert study_name("NVIDIA H200", "float32", 8, 9, 10) == "mmtune:NVIDIA H200:float32:8x9x10" + tag
-    name = study_name("NVIDIA H200", "float32", 8, 9, 10, "TN")
+    assert study_name(Problem("NVIDIA H200", "float32", 8, 9, 10)) == "mmtune:NVIDIA H200:float32:8x9x10" + tag
+    name = study_name(Problem("NVIDIA H200", "float32", 8, 9, 10, "TN"))
     assert name == "mmtune:NVIDIA H200:float32:8x9x10:TN" + tag
     assert parse_study_name(name) == ("NVIDIA H200", "float32", (8, 9, 10), "TN")
     assert parse_study_name("mmtune:NVIDIA H200:float32:8x9x10") == ("NVIDIA H200", "float32", (8, 9, 10), "NN")
@@ -241,10 +242,10 @@ def test_study_names_hold_a_layout_other_than_nn_and_the_space():
 def test_a_changed_space_names_another_study(monkeypatch):
     """After an upgrade that changes a family's space, tuning starts a new study beside the old one
     (Optuna cannot resume a study over another space)."""
-    before = study_name("NVIDIA H200", "float32", 8, 9, 10)
+    before = study_name(Problem("NVIDIA H200", "float32", 8, 9, 10))
     vector = kernels.family("vector")
     monkeypatch.setitem(kernels.FAMILIES, "vector", dataclasses.replace(vector, space={**vector.space, "stages": [1, 2]}))
-    assert study_name("NVIDIA H200", "float32", 8, 9, 10) != before
+    assert study_name(Problem("NVIDIA H200", "float32", 8, 9, 10)) != before
 
 
 # lookup's transfer rule ----------------------------------------------------------------------
@@ -258,7 +259,7 @@ def pretend_h100(monkeypatch):
 
 def ship(monkeypatch, *rows):
     monkeypatch.setattr(autotune.store.records, "shipped_rows", lambda device=None, dtype=None: [
-        r for r in rows if device in (None, r["device"]) and dtype in (None, r["dtype"])])
+        r for r in rows if device in (None, r.device) and dtype in (None, r.dtype)])
     memos.clear()
 
 
@@ -283,7 +284,7 @@ def test_lookup_and_best_cli_show_the_layout(monkeypatch, pretend_h100):
     assert "tuned for 256x256x256 TN (distance 0.00)" in result.stdout
     result = CliRunner().invoke(app, ["lookup", "--m", "256", "--n", "256", "--k", "256", "--layout", "XT"])
     assert result.exit_code == 2 and "unknown layout 'XT'; known: NN, NT, TN, TT" in result.output
-    Cache().merge([row("TT")])
+    Cache().merge([Row.of(r) for r in [row("TT")]])
     result = CliRunner().invoke(app, ["best", "--layout", "TT", "--json"])
     assert [r["layout"] for r in json.loads(result.stdout)] == ["TT"]
     assert CliRunner().invoke(app, ["best", "--layout", "NN", "--json"]).stdout.strip() == "[]"
@@ -309,8 +310,8 @@ def test_tune_a_layout_names_its_study_and_row_by_it():
 
     result = tune(TuneRequest(12, 10, 8, trials=3, families=["shared"], jobs=1, layout="TN"), Replay(default=7.0),
                   show_progress=False)
-    assert result.study_name == study_name("simulator", "float32", 12, 10, 8, "TN", "ieee") and result.row["layout"] == "TN"
-    assert [r["layout"] for r in Cache().rows()] == ["TN"]
+    assert result.study_name == study_name(Problem("simulator", "float32", 12, 10, 8, "TN", "ieee"), narrowed=True) and result.row.layout == "TN"
+    assert [r.layout for r in Cache().rows()] == ["TN"]
     with pytest.raises(TuneError, match="unknown layout 'NX'"):
         tune(TuneRequest(12, 10, 8, layout="NX"), Replay(), show_progress=False)
 

@@ -8,8 +8,11 @@ import pytest
 
 import autotune
 import autotune.store.records
+import autotune.store.rows
 import kernels
 from autotune.store.cache import Cache
+from autotune.space.problem import Problem
+from autotune.store.rows import Row
 from typer.testing import CliRunner
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -27,14 +30,14 @@ def pretend_h100(monkeypatch):
 
 def row(device=H200, cc="9.0", sm_count=132, shape=(256, 256, 256), gflops=100.0, pad=0, fresh=True):
     m, n, k = shape
-    return dict(device=device, cc=cc, sm_count=sm_count, dtype="float32", m=m, n=n, k=k, family="shared",
+    return Row(device=device, cc=cc, sm_count=sm_count, dtype="float32", m=m, n=n, k=k, family="shared",
                 params={"tpb": 8, "pad": pad}, gflops=gflops,
                 source_hash=kernels.source_hash("shared") if fresh else "older code")
 
 
 def ship(monkeypatch, *rows):
     monkeypatch.setattr(autotune.store.records, "shipped_rows", lambda device=None, dtype=None: [
-        r for r in rows if device in (None, r["device"]) and dtype in (None, r["dtype"])])
+        r for r in rows if device in (None, r.device) and dtype in (None, r.dtype)])
     autotune.clear()
 
 
@@ -106,11 +109,11 @@ def test_a_fresh_row_replaces_a_stale_one_even_if_slower():
     cache(row(H100, gflops=500.0, fresh=False))
     assert not Cache().record(row(H100, gflops=100.0, pad=1))  # without today's hashes: the faster stays
     assert Cache().record(row(H100, gflops=100.0, pad=1), hashes)
-    assert Cache().get(H100, "float32", 256, 256, 256)["params"] == {"tpb": 8, "pad": 1}
+    assert Cache().get(Problem(H100, "float32", 256, 256, 256)).params == {"tpb": 8, "pad": 1}
     assert not Cache().record(row(H100, gflops=50.0, pad=2), hashes)  # both current: the faster stays
     assert not Cache().record(row(H100, gflops=900.0, pad=3, fresh=False), hashes)  # a stale row never displaces a current one
     assert not Cache().merge([row(H100, gflops=900.0, pad=3, fresh=False)], hashes)
-    assert Cache().get(H100, "float32", 256, 256, 256)["params"] == {"tpb": 8, "pad": 1}
+    assert Cache().get(Problem(H100, "float32", 256, 256, 256)).params == {"tpb": 8, "pad": 1}
 
 
 def test_an_older_cache_gains_the_sm_count_column_in_place(isolated_cache):
@@ -122,7 +125,7 @@ def test_an_older_cache_gains_the_sm_count_column_in_place(isolated_cache):
     old.commit()
     old.close()
     rows = Cache().rows()
-    assert [(r["device"], r["params"], r["sm_count"]) for r in rows] == [("GPU", SHARED, None)]
+    assert [(r.device, r.params, r.sm_count) for r in rows] == [("GPU", SHARED, None)]
 
 
 def test_the_pretended_gpu_must_be_well_formed(monkeypatch):
@@ -144,10 +147,10 @@ def test_stale_rows_of_this_gpu_are_retimed_into_the_cache(monkeypatch):
     replay = Replay({config_key("shared", {"tpb": 8, "pad": 2}): 7.0}, default=3.0)
     done = retime_stale(measurer=replay, dtype="float32")
     assert len(replay.calls) == 3
-    assert sorted((r.old["m"], r.new["gflops"]) for r in done) == [(8, 3.0), (64, 3.0), (256, 7.0)]
-    rows = {r["m"]: r for r in Cache().rows(H100)}
-    assert set(rows) == {8, 64, 256} and not any(autotune.store.cache.stale(r, kernels.source_hashes()) for r in rows.values())
-    assert rows[256]["gflops"] == 7.0 and rows[256]["sm_count"] == 132
+    assert sorted((r.old.m, r.new.gflops) for r in done) == [(8, 3.0), (64, 3.0), (256, 7.0)]
+    rows = {r.m: r for r in Cache().rows(H100)}
+    assert set(rows) == {8, 64, 256} and not any(autotune.store.rows.stale(r, kernels.source_hashes()) for r in rows.values())
+    assert rows[256].gflops == 7.0 and rows[256].sm_count == 132
     assert retime_stale(measurer=Replay(), dtype="float32") == []  # nothing stale is left for this GPU
 
 
@@ -158,7 +161,7 @@ def test_warm_retime_re_times_stale_rows_from_the_cli(monkeypatch):
     result = CliRunner().invoke(app, ["warm", "--retime", "--simulate"])
     assert result.exit_code == 0, result.output
     assert f"{H100} float32 8x8x8 shared: 100 -> " in result.stdout
-    assert not autotune.store.cache.stale(Cache().get(H100, "float32", 8, 8, 8), kernels.source_hashes())
+    assert not autotune.store.rows.stale(Cache().get(Problem(H100, "float32", 8, 8, 8)), kernels.source_hashes())
 
 
 def test_lookup_for_another_gpu_of_the_host(monkeypatch):

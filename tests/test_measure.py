@@ -73,9 +73,9 @@ def test_non_finite_output_fails():
 
 
 def test_measure_times_only_verified_kernels(rng):
-    good = measure(kernels.build("naive", {"block_x": 8, "block_y": 8}, "float32"), 5, 6, 7, rng, warmup=1, repeat=3)
+    good = measure(kernels.build("naive", {"block_x": 8, "block_y": 8}, "float32"), (5, 6, 7), rng, warmup=1, repeat=3)
     assert good.verification.ok and good.timing.samples <= 3 and good.gflops > 0
-    bad = measure(broken_kernel(skip_last_row=True), 5, 6, 7, rng, warmup=1, repeat=3)
+    bad = measure(broken_kernel(skip_last_row=True), (5, 6, 7), rng, warmup=1, repeat=3)
     assert not bad.verification.ok and bad.timing is None and bad.gflops == 0
 
 

@@ -11,6 +11,7 @@ import autotune.store.records
 import kernels
 from autotune.select import model
 from autotune.backends import Device
+from autotune.store.rows import Row
 
 H200 = Device("NVIDIA H200", "9.0", 132)
 PIPELINE = {"pad": 4, "stages": 2, "unroll": True, "fragments": 1, "wide_fetch": True, "async_copy": False,
@@ -25,7 +26,7 @@ def timed(params, shape, tau, family="vector"):
     m, n, k = shape
     g = model.geometry(family, params, "float32", "9.0")
     ms = g.waves(m, n, 132) * (g.steps(k) + 4) * tau * g.sharing(m, n, 132) + model.split_ms(m, n, g.splits, "float32")
-    return dict(device=H200.name, cc="9.0", sm_count=132, dtype="float32", m=m, n=n, k=k, family=family,
+    return Row(device=H200.name, cc="9.0", sm_count=132, dtype="float32", m=m, n=n, k=k, family=family,
                 params=dict(params), median_ms=ms, gflops=2 * m * n * k / ms / 1e6,
                 source_hash=kernels.source_hash(family))
 
@@ -43,7 +44,7 @@ def test_the_fit_recovers_the_overhead_the_rows_were_made_with():
 
 
 def test_a_skinny_untuned_shape_gets_the_thin_tile_with_k_split_into_waves():
-    found = model.predict(16, 4096, 16384, "float32", H200, ROWS)
+    found = model.predict((16, 4096, 16384), "float32", H200, ROWS)
     assert found.family == "splitk" and (found.config["bm"], found.config["bn"]) == (16, 128)
     blocks = 4096 // 128 * found.config["splits"]
     assert 0.9 * 132 <= blocks <= 132  # every SM busy in one wave; unsplit, 32 blocks for 132 SMs
@@ -51,7 +52,7 @@ def test_a_skinny_untuned_shape_gets_the_thin_tile_with_k_split_into_waves():
 
 
 def test_a_large_untuned_shape_keeps_the_big_tile_unsplit():
-    found = model.predict(4096, 4224, 4096, "float32", H200, ROWS)  # 32 x 33 tiles: 8 whole waves
+    found = model.predict((4096, 4224, 4096), "float32", H200, ROWS)  # 32 x 33 tiles: 8 whole waves
     assert (found.family, found.config) == ("vector", BIG)
 
 
@@ -59,36 +60,36 @@ def test_a_tiny_product_is_not_split_where_zeroing_c_costs_more_than_the_steps_s
     """Split-K zeroes C in a launch of its own (SPLIT_LAUNCH_MS): for a product of a few short
     k-steps that costs more than the steps a split saves, though the split makes more blocks."""
     fast = [timed(THIN, (16, 8192, 1024), 1e-4), timed(THIN, (32, 4096, 2048), 1e-4)]
-    found = model.predict(16, 128, 128, "float32", H200, fast)
+    found = model.predict((16, 128, 128), "float32", H200, fast)
     assert (found.family, found.config) == ("vector", THIN)
-    assert model.predict(16, 4096, 16384, "float32", H200, fast).family == "splitk"  # long K still splits
+    assert model.predict((16, 4096, 16384), "float32", H200, fast).family == "splitk"  # long K still splits
 
 
 def test_deterministic_predictions_never_split_k():
-    found = model.predict(16, 4096, 16384, "float32", H200, ROWS, deterministic=True)
+    found = model.predict((16, 4096, 16384), "float32", H200, ROWS, deterministic=True)
     assert found.family == "vector" and "splits" not in found.config
 
 
 def test_leave_one_out_predicts_each_shape_from_the_other_shapes_only():
     lonely = timed({**BIG, "bk": 8}, (1024, 1024, 1024), 0.003)  # the only row of its tile, and slower
     results = model.leave_one_out(ROWS + [lonely], H200)
-    assert [(r["m"], r["n"], r["k"]) for r in results] == [(r["m"], r["n"], r["k"]) for r in ROWS + [lonely]]
-    assert results[-1]["predicted_params"] != lonely["params"]  # its own row was left out
-    assert results[0]["predicted_params"] == BIG and results[0]["predicted_ms"] == pytest.approx(ROWS[0]["median_ms"])
+    assert [(r["m"], r["n"], r["k"]) for r in results] == [r.shape for r in ROWS + [lonely]]
+    assert results[-1]["predicted_params"] != lonely.params  # its own row was left out
+    assert results[0]["predicted_params"] == BIG and results[0]["predicted_ms"] == pytest.approx(ROWS[0].median_ms)
 
 
 def test_a_nearest_row_serves_only_where_it_loads_the_gpu_alike():
-    assert model.similar_load(ROWS[0], 4000, 4000, 4000, H200)
-    assert not model.similar_load(ROWS[0], 1024, 4096, 4096, H200)  # a quarter of the blocks
+    assert model.similar_load(ROWS[0], (4000, 4000, 4000), H200)
+    assert not model.similar_load(ROWS[0], (1024, 4096, 4096), H200)  # a quarter of the blocks
 
 
 def test_a_gemv_row_is_priced_and_not_picked_for_a_product_of_many_rows():
     """A tuned product of one row may have gemv's rows x cols tile: the model prices it like any
     row, and its tile, a block per row of C, loses at a product of many rows."""
     gemv = timed({"rows": 1, "cols": 64, "threads": 256, "unroll": 4, "splits": 8}, (1, 4096, 4096), 1e-5, "gemv")
-    assert model.geometry("gemv", gemv["params"], "float32", "9.0").tile == (1, 64)
-    assert model.predict(4096, 4096, 4096, "float32", H200, ROWS + [gemv]).family == "vector"
-    assert model.similar_load(gemv, 2, 4096, 4096, H200) and not model.similar_load(gemv, 64, 4096, 4096, H200)
+    assert model.geometry("gemv", gemv.params, "float32", "9.0").tile == (1, 64)
+    assert model.predict((4096, 4096, 4096), "float32", H200, ROWS + [gemv]).family == "vector"
+    assert model.similar_load(gemv, (2, 4096, 4096), H200) and not model.similar_load(gemv, (64, 4096, 4096), H200)
 
 
 # --- through lookup ---
@@ -98,7 +99,7 @@ def shipped(monkeypatch):
     monkeypatch.setenv("MMTUNE_PRETEND_GPU", "NVIDIA H200;9.0;132")
     monkeypatch.setattr(autotune.store.records, "shipped_rows", lambda device=None, dtype=None: [
         r for r in ROWS + [timed({**THIN, "splits": 4}, (16, 2048, 8192), TAU["thin"], "splitk")]
-        if dtype in (None, r["dtype"])])
+        if dtype in (None, r.dtype)])
     monkeypatch.setattr(autotune.store.records, "measured_tables", lambda: [])  # the model's turn comes without one
     memos.clear()
     yield
@@ -138,12 +139,12 @@ def test_dmma_rows_are_priced_per_split_and_never_split_when_deterministic():
     geometry = model.geometry("dmma", {**tile, "splits": 2}, "float64", "9.0")
     assert (geometry.tile, geometry.bk, geometry.splits) == ((64, 128), 16, 2)
     assert model.tile_key("dmma", {**tile, "splits": 2}) == model.tile_key("dmma", {**tile, "splits": 1})
-    rows = [{"family": "dmma", "params": {**tile, "splits": 2}, "dtype": "float64", "m": 1024, "n": 1024, "k": 8192,
-             "median_ms": 0.5}]
+    rows = [Row(device=H200.name, family="dmma", params={**tile, "splits": 2}, dtype="float64", m=1024, n=1024, k=8192,
+                median_ms=0.5, gflops=1.0)]
     fitted = model.Model(rows, 132, "9.0")
-    splits = {params["splits"] for _, params, _, _ in fitted.candidates("float64", deterministic=False)}
+    splits = {c.config.params["splits"] for c in fitted.candidates("float64", deterministic=False)}
     assert splits == set(model.SPLITS)
-    assert {params["splits"] for _, params, _, _ in fitted.candidates("float64", deterministic=True)} == {1}
+    assert {c.config.params["splits"] for c in fitted.candidates("float64", deterministic=True)} == {1}
 
 
 def test_tf32x3_rows_are_priced_per_split_for_float32_alone():
@@ -153,11 +154,11 @@ def test_tf32x3_rows_are_priced_per_split_for_float32_alone():
     assert (geometry.tile, geometry.bk, geometry.splits) == ((64, 128), 16, 2)
     assert model.tile_key("tf32x3", {**tile, "splits": 2}) == model.tile_key("tf32x3", {**tile, "splits": 1})
     assert model.tile_key("tf32x3", tile) != model.tile_key("dmma", tile)
-    rows = [{"family": "tf32x3", "params": {**tile, "splits": 2}, "dtype": "float32", "m": 1024, "n": 1024,
-             "k": 8192, "median_ms": 0.2}]
+    rows = [Row(device=H200.name, family="tf32x3", params={**tile, "splits": 2}, dtype="float32", m=1024, n=1024,
+                k=8192, median_ms=0.2, gflops=1.0)]
     fitted = model.Model(rows, 132, "9.0")
     candidates = list(fitted.candidates("float32", deterministic=False))
-    assert {family for family, _, _, _ in candidates} == {"tf32x3"}
-    assert {params["splits"] for _, params, _, _ in candidates} == set(model.SPLITS)
-    assert {params["splits"] for _, params, _, _ in fitted.candidates("float32", deterministic=True)} == {1}
+    assert {c.config.family for c in candidates} == {"tf32x3"}
+    assert {c.config.params["splits"] for c in candidates} == set(model.SPLITS)
+    assert {c.config.params["splits"] for c in fitted.candidates("float32", deterministic=True)} == {1}
     assert list(fitted.candidates("float64", deterministic=False)) == []  # TF32 makes float32 alone

@@ -9,7 +9,9 @@ import autotune
 import autotune.store.records
 import kernels
 from autotune.select import neighbours
+from autotune.backends import Device
 from autotune.store import records
+from autotune.store.rows import Row
 from autotune.store.records import measured_tables
 from autotune.space.guesses import STREAM_WORKERS, fit_tile, wave_splits
 from autotune.space.configs import DeviceLimits, GpuLimits, infeasibility
@@ -31,50 +33,50 @@ def test_the_nearest_shapes_vote_and_the_split_follows_the_shape_asked(monkeypat
                   ((2048, 2048, 2048), {"0:whole": 60.0, "1:whole": 80.0}),
                   ((4096, 2048, 4096), {"0:whole": 40.0, "1:whole": 95.0}),
                   ((64, 64, 8192), {"0:whole": 10.0, "0:split": 90.0, "1:whole": 5.0}))
-    pick = neighbours.choose(found, 3000, 3000, 3000, 132)
+    pick = neighbours.choose(found, (3000, 3000, 3000), 132)
     assert (pick.family, pick.config, pick.name) == ("vector", BIG, "1:whole")
     assert "at the 3 nearest of 4 measured shapes" in pick.basis and "4096x4096x4096 1.00" in pick.basis
-    far = neighbours.choose(table(((64, 64, 8192), {"0:whole": 10.0, "0:split": 90.0})), 100, 100, 16384, 132)
-    assert (far.family, far.config["splits"]) == ("splitk", wave_splits(100, 100, 16384, SMALL, 132))
+    far = neighbours.choose(table(((64, 64, 8192), {"0:whole": 10.0, "0:split": 90.0})), (100, 100, 16384), 132)
+    assert (far.family, far.config["splits"]) == ("splitk", wave_splits((100, 100, 16384), SMALL, 132))
     assert far.config["splits"] == 128 and "K split 128 ways" in far.basis
     # split as the shape asked needs: a shape with blocks for two waves is not split at all
-    whole = neighbours.choose(table(((64, 64, 8192), {"0:split": 90.0})), 8192, 8192, 8192, 132)
+    whole = neighbours.choose(table(((64, 64, 8192), {"0:split": 90.0})), (8192, 8192, 8192), 132)
     assert (whole.family, whole.config) == ("vector", SMALL)
 
 
 def test_a_candidate_is_fitted_to_the_shape_and_split_as_its_policy_says():
     # a 16-row product takes a 16-row tile, keeping its 16 columns of threads
-    family, params = neighbours.config_for(BIG, "whole", 16, 4096, 4096, 132)
+    family, params = neighbours.config_for(BIG, "whole", (16, 4096, 4096), 132)
     assert (family, params["bm"], params["tm"], params["bn"], params["tn"]) == ("vector", 16, 4, 128, 8)
-    split = neighbours.config_for(SMALL, "split", 100, 100, 4096, 132)[1]["splits"]
-    deep = neighbours.config_for(SMALL, "deep", 100, 100, 4096, 132)[1]["splits"]
+    split = neighbours.config_for(SMALL, "split", (100, 100, 4096), 132)[1]["splits"]
+    deep = neighbours.config_for(SMALL, "deep", (100, 100, 4096), 132)[1]["splits"]
     assert (split, deep) == (64, 128)
-    assert neighbours.config_for(SMALL, "deep", 4096, 4096, 4096, 132) == ("vector", SMALL)
+    assert neighbours.config_for(SMALL, "deep", (4096, 4096, 4096), 132) == ("vector", SMALL)
     found = table(((64, 64, 8192), {"0:whole": 10.0, "0:split": 50.0, "0:deep": 90.0}))
-    assert neighbours.choose(found, 64, 64, 8192, 132).name == "0:deep"
+    assert neighbours.choose(found, (64, 64, 8192), 132).name == "0:deep"
 
 
 def test_deterministic_takes_whole_candidates_and_unmeasured_ones_count_low():
     found = table(((64, 64, 8192), {"0:whole": 10.0, "0:split": 90.0, "1:whole": 20.0}))
-    pick = neighbours.choose(found, 64, 64, 8192, 132, deterministic=True)
+    pick = neighbours.choose(found, (64, 64, 8192), 132, deterministic=True)
     assert (pick.name, pick.family, pick.config) == ("1:whole", "vector", fit_tile(BIG, 64, 64, 8192))
     # tile 1 was not measured at the second shape: it counts as UNMEASURED of that shape's best
     found = table(((256, 256, 256), {"0:whole": 50.0, "1:whole": 60.0}), ((512, 512, 512), {"0:whole": 50.0}))
     shares = {index: [neighbours._speed(s, f"{index}:whole") / max(s["gflops"].values()) for s in found["shapes"]]
               for index in (0, 1)}
     assert shares == {0: [50 / 60, 1.0], 1: [1.0, neighbours.UNMEASURED]}
-    assert neighbours.choose(found, 300, 300, 300, 132).config == SMALL
-    assert neighbours.choose(found, 300, 300, 300, 132, feasible=lambda family, params: params != SMALL).config == BIG
-    assert neighbours.choose({**found, "shapes": []}, 300, 300, 300, 132) is None
+    assert neighbours.choose(found, (300, 300, 300), 132).config == SMALL
+    assert neighbours.choose(found, (300, 300, 300), 132, feasible=lambda family, params: params != SMALL).config == BIG
+    assert neighbours.choose({**found, "shapes": []}, (300, 300, 300), 132) is None
 
 
 def test_a_streamed_candidate_shares_the_tiles_k_steps_and_deterministic_passes_it_over():
-    family, params = neighbours.config_for(BIG, "stream", 1000, 1000, 1000, 132)
+    family, params = neighbours.config_for(BIG, "stream", (1000, 1000, 1000), 132)
     assert (family, params) == ("streamk", {**BIG, "workers_per_sm": STREAM_WORKERS})
     found = table(((1000, 1000, 1000), {"1:stream": 90.0, "1:whole": 80.0, "0:split": 85.0}))
-    pick = neighbours.choose(found, 1000, 1000, 1000, 132)
+    pick = neighbours.choose(found, (1000, 1000, 1000), 132)
     assert pick.family == "streamk" and f"stream-K on {STREAM_WORKERS} blocks per SM" in pick.basis
-    assert neighbours.choose(found, 1000, 1000, 1000, 132, deterministic=True).name == "1:whole"
+    assert neighbours.choose(found, (1000, 1000, 1000), 132, deterministic=True).name == "1:whole"
 
 
 def test_table_of_gives_every_candidate_the_speed_of_the_job_it_came_to():
@@ -102,7 +104,7 @@ def test_the_shipped_table_is_usable_and_its_picks_hold_up_leaving_each_shape_ou
     for shape in shipped["shapes"]:  # every candidate measured comes to a config lookup can serve there
         for name in shape["gflops"]:
             family, params = neighbours.config_for(shipped["tiles"][neighbours.index_of(name)], name.split(":")[1],
-                                                   shape["m"], shape["n"], shape["k"], shipped["sm_count"])
+                                                   (shape["m"], shape["n"], shape["k"]), shipped["sm_count"])
             assert infeasibility(family, params, "float32", limits) is None, (shape, name)
     found = neighbours.leave_one_out(shipped, shipped["sm_count"])
     of_best = math.exp(sum(math.log(r["of_best"]) for r in found) / len(found))
@@ -151,8 +153,8 @@ def test_a_gpu_of_another_architecture_gets_the_table_within_the_instructions_it
 
 
 def test_rows_of_the_gpus_own_architecture_come_before_another_architectures_table(pretend, monkeypatch):
-    row = dict(device="NVIDIA A100-SXM4-80GB", cc="8.0", sm_count=108, dtype="float32", m=1024, n=1024, k=1024,
-               family="shared", params={"tpb": 16, "pad": 1}, gflops=9000.0, source_hash=kernels.source_hash("shared"))
+    row = Row(device="NVIDIA A100-SXM4-80GB", cc="8.0", sm_count=108, dtype="float32", m=1024, n=1024, k=1024,
+              family="shared", params={"tpb": 16, "pad": 1}, gflops=9000.0, source_hash=kernels.source_hash("shared"))
     monkeypatch.setattr(autotune.store.records, "shipped_rows", lambda device=None, dtype=None: [row])
     pretend("NVIDIA A100-SXM4-80GB;8.0;108")
     assert autotune.lookup(1024, 1024, 1024).source == "exact"
@@ -164,7 +166,7 @@ def test_the_table_comes_from_the_closest_gpu_then_the_nearest_architecture():
               for name, cc, sms in (("NVIDIA H200", "9.0", 132), ("NVIDIA A100", "8.0", 108), ("RTX 4090", "8.9", 128))]
 
     def closest(device, cc, sms, dtype="float32"):
-        found = records.closest_table(tables, dtype, device, cc, sms)
+        found = records.closest_table(tables, dtype, Device(device, cc, sms))
         return found and (records.GPU_MATCHES[found[0]], found[1]["device"])
 
     assert closest("NVIDIA H200", "9.0", 132) == ("this GPU model", "NVIDIA H200")

@@ -19,7 +19,7 @@ from autotune.bench import report
 from autotune.bench.suite import parse_shapes
 from autotune.store.records import shipped_rows, suites
 from autotune.measure.measurement import error_bound, reference
-from autotune.bench.peers import Operands, Peer, bench_peers, category, checked_rows, geomeans, seeded_shapes, summary
+from autotune.bench.peers import Lineup, Operands, Peer, bench_peers, category, checked_rows, geomeans, seeded_shapes, summary
 
 SUITES = suites()
 
@@ -56,7 +56,7 @@ def test_seeded_shapes_are_reproducible_and_cover_every_category():
 def test_the_committed_seeded_suite_is_the_generators_output_and_was_never_tuned():
     committed = parse_shapes("seeded")
     assert committed == seeded_shapes(peers.SEED, 20)
-    tuned = {(r["m"], r["n"], r["k"]) for r in shipped_rows("NVIDIA H200", "float32")}
+    tuned = {r.shape for r in shipped_rows("NVIDIA H200", "float32")}
     assert tuned and not tuned & set(committed)
 
 
@@ -95,7 +95,8 @@ class NumpyDevice:
         rng = np.random.default_rng(seed)
         A, B = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
         rows = checked_rows(m, n, k, rng)
-        return Operands(A, B, np.empty((m, n), np.float32), rows, reference(A[rows], B), error_bound("float32", k))
+        return Operands(A=A, B=B, C=np.empty((m, n), np.float32), rows=rows, expected=reference(A[rows], B),
+                        bound=error_bound("float32", k))
 
     def poison(self, C):
         C.fill(np.nan)
@@ -130,8 +131,8 @@ def numpy_peer(name):
 def test_bench_peers_writes_the_json_the_table_and_the_chart(tmp_path, monkeypatch):
     monkeypatch.setattr(peers, "OVERHEAD_SHAPE", (40, 40, 40))
     fakes = [numpy_peer(name) for name in ("mmtune", "cublas", "triton")]
-    result = bench_peers([(8, 9, 10), (70, 90, 33)], tmp_path, rounds=2, device=NumpyDevice(), peers=fakes,
-                         absent={"cupy": "CuPy does not import: no module named cupy"})
+    absent = {"cupy": "CuPy does not import: no module named cupy"}
+    result = bench_peers([(8, 9, 10), (70, 90, 33)], tmp_path, rounds=2, lineup=Lineup(NumpyDevice(), fakes, absent))
     written = json.loads((tmp_path / "peers.json").read_text())
     assert written == json.loads(json.dumps(result))
     assert written["device"] == "numpy" and set(written["call_overhead_us"]) == {"mmtune", "cublas", "triton"}
@@ -166,7 +167,7 @@ def test_a_peer_that_fails_or_is_wrong_is_reported_and_not_timed(monkeypatch):
         return call
 
     fakes = [numpy_peer("mmtune"), Peer("cublas", wrong), Peer("triton", broken)]
-    result = bench_peers([(12, 13, 14)], rounds=1, device=NumpyDevice(), peers=fakes)
+    result = bench_peers([(12, 13, 14)], rounds=1, lineup=Lineup(NumpyDevice(), fakes))
     r = result["rows"][0]
     assert r["failures"]["triton"] == "RuntimeError: no kernel image"
     assert r["failures"]["cublas"].startswith("wrong product: relative error")
@@ -178,8 +179,8 @@ def test_a_peer_that_fails_or_is_wrong_is_reported_and_not_timed(monkeypatch):
 
 def test_the_goals_report_names_shapes_below_the_floor(monkeypatch):
     monkeypatch.setattr(peers, "OVERHEAD_SHAPE", (8, 8, 8))
-    result = bench_peers([(8, 8, 8), (16, 16, 16)], rounds=1, device=NumpyDevice(),
-                         peers=[numpy_peer("mmtune"), numpy_peer("cublas")])
+    result = bench_peers([(8, 8, 8), (16, 16, 16)], rounds=1,
+                         lineup=Lineup(NumpyDevice(), [numpy_peer("mmtune"), numpy_peer("cublas")]))
     ratios = {f"{r['m']}x{r['n']}x{r['k']}": r["vs_cublas"] for r in result["rows"]}
     assert result["worst_vs_cublas"]["ratio"] == min(ratios.values())
     assert result["below_floor"] == [shape for shape, ratio in ratios.items() if ratio < peers.FLOOR]

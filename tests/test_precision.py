@@ -5,6 +5,7 @@ records and studies written before precisions existed read as their family's."""
 import json
 import math
 import sqlite3
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -15,12 +16,17 @@ from autotune import memos
 import autotune
 import autotune.store.records
 import kernels
+from kernels import Config
 from autotune.space import precision
 from autotune.store import shapes
-from autotune.store.cache import Cache, RecordsError, validate_records
+from autotune.errors import RecordsError
+from autotune.store.cache import Cache
+from autotune.store.rows import validate_records
+from autotune.space.problem import Problem
 from autotune.cli import app
 from autotune.tune.study import study_name
 from autotune.tune.tuner import TuneError, TuneRequest
+from autotune.store.rows import Row
 
 H200 = "NVIDIA H200"
 # small tiles in the families' spaces, so that lookup serves them and the simulator runs them fast
@@ -39,9 +45,9 @@ def pretend_h200(monkeypatch):
     memos.clear()
 
 
-def row(family: str, params: dict, gflops: float, shape=(32, 16, 24), **fields) -> dict:
+def row(family: str, params: dict, gflops: float, shape=(32, 16, 24), **fields) -> Row:
     m, n, k = shape
-    return dict(device=H200, cc="9.0", sm_count=132, dtype="float32", m=m, n=n, k=k, family=family, params=params,
+    return Row(device=H200, cc="9.0", sm_count=132, dtype="float32", m=m, n=n, k=k, family=family, params=params,
                 gflops=gflops, source_hash=kernels.source_hash(family), **fields)
 
 
@@ -63,7 +69,7 @@ def test_an_ieee_lookup_never_serves_a_tensor_core_row_and_tf32x3_takes_the_fast
     Cache().record(row("vector", VECTOR, 1000.0))
     memos.clear()
     assert autotune.lookup(32, 16, 24, precision="tf32x3").family == "vector"
-    assert {(r["family"], r["precision"]) for r in Cache().rows()} == {("tf32x3", "tf32x3"), ("vector", "ieee")}
+    assert {(r.family, r.precision) for r in Cache().rows()} == {("tf32x3", "tf32x3"), ("vector", "ieee")}
 
 
 def test_no_ieee_row_at_the_shape_means_a_fallback_not_the_tensor_cores():
@@ -83,14 +89,14 @@ def test_a_cache_of_an_older_mmtune_reads_its_rows_as_their_family_computes(isol
                    [H200, 24 if family == "vector" else 48, family, json.dumps(params)])
     db.commit()
     db.close()
-    assert {(r["family"], r["precision"]) for r in Cache().rows()} == {("tf32x3", "tf32x3"), ("vector", "ieee")}
+    assert {(r.family, r.precision) for r in Cache().rows()} == {("tf32x3", "tf32x3"), ("vector", "ieee")}
     Cache().record(row("vector", VECTOR, 2.0, shape=(32, 16, 48)))  # beside the tf32x3 row, not over it
     assert len(Cache().rows(shape=(32, 16, 48))) == 2
 
 
 def test_records_without_a_precision_are_their_familys_and_a_wrong_one_is_refused():
-    rows = [row(family, params, 1.0) for family, params in (("tf32x3", TF32X3), ("vector", VECTOR))]
-    assert [autotune.store.cache.decode(r)["precision"] for r in validate_records(rows)] == ["tf32x3", "ieee"]
+    rows = [{**row(family, params, 1.0).as_dict(), "precision": None} for family, params in (("tf32x3", TF32X3), ("vector", VECTOR))]
+    assert [r.precision for r in validate_records(rows)] == ["tf32x3", "ieee"]
     with pytest.raises(RecordsError, match="row 0: precision is invalid \\('tf32'\\)"):
         validate_records([{**rows[0], "precision": "tf32"}])
 
@@ -115,7 +121,7 @@ def test_a_tune_searches_the_families_its_precision_allows_and_names_its_study_s
     assert TuneRequest(64, 64, 64, precision="tf32x3").study_precision("9.0") is None  # names as before
     assert TuneRequest(64, 64, 64, dtype="float64").study_precision("9.0") is None  # IEEE either way
     assert TuneRequest(64, 64, 64).study_precision("7.5") is None  # no tensor cores to leave out
-    assert study_name(H200, "float32", 1, 2, 3, "TN", "ieee").startswith(f"mmtune:{H200}:float32:1x2x3:TN:ieee:space-")
+    assert study_name(Problem(H200, "float32", 1, 2, 3, "TN", "ieee"), narrowed=True).startswith(f"mmtune:{H200}:float32:1x2x3:TN:ieee:space-")
     with pytest.raises(TuneError, match="unknown precision 'fast'"):
         TuneRequest(64, 64, 64, precision="fast").check()
     with pytest.raises(TuneError, match="tf32x3 kernels do not multiply float64"):
@@ -125,19 +131,20 @@ def test_a_tune_searches_the_families_its_precision_allows_and_names_its_study_s
 def test_the_fleet_reads_study_names_of_a_precision():
     from autotune.tune.fleet import parse_study_name
 
-    name = study_name(H200, "float32", 8, 9, 10, "TN", "ieee")
+    name = study_name(Problem(H200, "float32", 8, 9, 10, "TN", "ieee"), narrowed=True)
     assert parse_study_name(name) == (H200, "float32", (8, 9, 10), "TN")
-    plain = study_name(H200, "float32", 8, 9, 10, precision="ieee")
+    plain = study_name(Problem(H200, "float32", 8, 9, 10, precision="ieee"), narrowed=True)
     assert parse_study_name(plain) == (H200, "float32", (8, 9, 10), "NN")
 
 
 def test_the_kernel_store_remembers_each_precisions_choice(tmp_path):
     ieee, tensor = row("vector", VECTOR, 500.0), row("tf32x3", TF32X3, 900.0, precision="tf32x3")
     shapes.remember_preferred([ieee, tensor], tmp_path)
-    assert shapes.recall(H200, "float32", (32, 16, 24), tmp_path, precision="ieee") == ("vector", VECTOR)
-    assert shapes.recall(H200, "float32", (32, 16, 24), tmp_path, precision="tf32x3") == ("tf32x3", TF32X3)
+    asked = Problem(H200, "float32", 32, 16, 24)
+    assert shapes.recall(asked, tmp_path) == Config.of("vector", VECTOR)
+    assert shapes.recall(replace(asked, precision="tf32x3"), tmp_path) == Config.of("tf32x3", TF32X3)
     shapes.remember_preferred([tensor], tmp_path / "other")
-    assert shapes.recall(H200, "float32", (32, 16, 24), tmp_path / "other", precision="ieee") is None
+    assert shapes.recall(asked, tmp_path / "other") is None
 
 
 def invoke(*args):

@@ -12,6 +12,7 @@ from autotune.bench.suite import parse_shapes
 from autotune.store.cache import Cache
 from autotune.cli import app
 from autotune.store.records import shipped_rows, slug, suites
+from autotune.store.rows import Row
 
 ROW = dict(device="NVIDIA H200", dtype="float32", m=1024, n=1024, k=1024, family="shared",
            params={"tpb": 16, "pad": 1}, gflops=100.0)
@@ -28,8 +29,8 @@ def test_the_shipped_records_are_package_data_one_file_per_gpu_model():
         rows = json.loads(file.read_text())
         assert rows and {f"{slug(r['device'])}.json" for r in rows} == {file.name}
     h200 = shipped_rows("NVIDIA H200", "float32")
-    assert (4096, 4096, 4096) in {(r["m"], r["n"], r["k"]) for r in h200}
-    assert all(isinstance(r["params"], dict) for r in h200)
+    assert (4096, 4096, 4096) in {r.shape for r in h200}
+    assert all(isinstance(r.params, dict) for r in h200)
     assert len(shipped_rows()) >= len(h200) and shipped_rows("NVIDIA H200", "int32") == shipped_rows("No such GPU") == []
 
 
@@ -37,8 +38,8 @@ def test_every_shipped_record_was_measured_on_todays_kernels():
     """A kernel changed without its records re-timed (`mmtune warm --retime` on the GPU, then
     `mmtune promote`) would serve stale measurements with a warning at every lookup."""
     hashes = kernels.source_hashes()
-    stale = [f"{r['device']} {r['dtype']} {r['m']}x{r['n']}x{r['k']} {r['family']}" for r in shipped_rows()
-             if r.get("source_hash") != hashes[r["family"]]]
+    stale = [f"{r.device} {r.dtype} {r.m}x{r.n}x{r.k} {r.family}" for r in shipped_rows()
+             if r.source_hash != hashes[r.family]]
     assert not stale, f"records of older kernel code: {stale}"
 
 
@@ -79,7 +80,7 @@ def test_promote_merges_the_cache_into_each_gpus_file_keeping_the_faster_rows(ch
     cache = Cache()
     for row in ({**ROW, "gflops": 200.0}, {**ROW, "m": 512, "gflops": 50.0}, {**ROW, "m": 2048, "gflops": 300.0},
                 {**ROW, "device": "NVIDIA H100 80GB HBM3", "gflops": 90.0}, {**ROW, "device": "simulator", "m": 8}):
-        cache.record(row)
+        cache.record(Row.of(row))
     result = invoke("promote")
     assert result.exit_code == 0, result.output
     h100, h200 = checkout / "nvidia-h100-80gb-hbm3.json", checkout / "nvidia-h200.json"
@@ -114,7 +115,7 @@ def test_the_shipped_file_is_already_in_promotes_order(tmp_path):
 
 def test_promote_refuses_outside_a_source_checkout_unless_given_out(checkout, tmp_path):
     (checkout.parent.parent.parent / "pyproject.toml").unlink()  # as in site-packages
-    Cache().record(ROW)
+    Cache().record(Row.of(ROW))
     result = invoke("promote")
     assert result.exit_code == 2 and "not a source checkout" in result.stderr and "--out FILE" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
@@ -133,7 +134,7 @@ def test_promote_refuses_outside_a_source_checkout_unless_given_out(checkout, tm
     ],
 )
 def test_promote_mistakes_are_one_line_and_change_nothing(checkout, args, message):
-    Cache().record({**ROW, "device": "simulator"})
+    Cache().record(Row.of({**ROW, "device": "simulator"}))
     before = (checkout / "nvidia-h200.json").read_text()
     result = invoke("promote", *args)
     assert result.exit_code == 2 and result.stderr.startswith("error: ") and message in result.stderr, result.output

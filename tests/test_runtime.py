@@ -18,13 +18,14 @@ from autotune.backends.simulator import PRETEND_ENV
 from autotune.store.cache import Cache
 from autotune.measure.measurement import error_bound, random_inputs, reference, relative_error
 from autotune.errors import OperandError
+from autotune.store.rows import Row
 
 DEVICE = lookup._device()
 SMALL = {"bm": 16, "bn": 32, "bk": 8, "tm": 2, "tn": 4, "pad": 1, "mapping": "strided", "prefetch": True}
 
 
 def tuned(m, n, k, dtype="float32", family="register", params=SMALL, gflops=1.0):
-    Cache().record(dict(device=DEVICE, dtype=dtype, m=m, n=n, k=k, family=family, params=params, gflops=gflops,
+    Cache().record(Row(device=DEVICE, dtype=dtype, m=m, n=n, k=k, family=family, params=params, gflops=gflops,
                         source_hash=kernels.source_hash(family)))
     memos.clear()
 
@@ -56,8 +57,8 @@ def test_lookup_is_memoized_until_cleared():
 
 
 def test_shipped_records_are_the_fallback(monkeypatch):
-    record = dict(device=DEVICE, dtype="float32", m=64, n=64, k=64, family="shared", params={"tpb": 8, "pad": 0},
-                  gflops=9.0, source_hash=kernels.source_hash("shared"))
+    record = Row(device=DEVICE, dtype="float32", m=64, n=64, k=64, family="shared", params={"tpb": 8, "pad": 0},
+                 gflops=9.0, source_hash=kernels.source_hash("shared"))
     monkeypatch.setattr(autotune.store.records, "shipped_rows", lambda device=None, dtype=None: [record])
     choice = autotune.lookup(64, 64, 32)
     assert (choice.source, choice.origin, choice.family, choice.gflops) == ("nearest", "shipped", "shared", 9.0)

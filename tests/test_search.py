@@ -32,7 +32,7 @@ PER_SEED = [seed if seed == 0 else pytest.param(seed, marks=pytest.mark.long) fo
 
 
 def best_within(table: dict, trials: int, seed: int, sampler: str = "climb") -> float:
-    return best_found(table, (4096, 4096, 4096), "vector", trials, seed, sampler)
+    return best_found(table, TuneRequest(4096, 4096, 4096, trials=trials, families=["vector"], sampler=sampler, seed=seed))
 
 
 def mean_found(table: dict, trials: int, tmp_path, monkeypatch) -> dict:
@@ -72,7 +72,7 @@ def test_tune_reaches_97_percent_of_the_full_sweep_best_within_40_trials(seed, f
     result = tune(TuneRequest(4096, 4096, 4096, trials=40, families=["vector"], seed=seed, jobs=1),
                   Replay(FULL, default=0.0), show_progress=False)
     assert result.trials == 40
-    assert result.row["gflops"] >= 0.97 * max(FULL.values())
+    assert result.row.gflops >= 0.97 * max(FULL.values())
 
 
 @pytest.mark.long

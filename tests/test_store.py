@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,14 @@ from autotune.store import cubins
 from autotune.store import shapes
 from autotune.store import warm
 from autotune.cli import app
+from autotune.space.problem import Problem
+from autotune.store.rows import Row
+from kernels import Config
+from kernels.rules import Arch
+
+
+def build_key(family, config, dtype, cc):
+    return cubins.BuildKey(Config.of(family, config), dtype, Arch.of(cc))
 
 
 @pytest.fixture
@@ -38,26 +47,26 @@ def test_the_key_changes_with_everything_that_changes_the_binary(root, tmp_path,
     (sources / "base.py").write_text("x = 1\n")
     monkeypatch.setattr(cubins, "kernel_sources", lambda: sorted(sources.glob("*.py")))
     base = ("vector", {"bm": 64, "bn": 64}, "float32", (9, 0))
-    key = cubins.entry_key(cubins.key_parts(*base))
-    assert cubins.entry_key(cubins.key_parts("vector", {"bn": 64, "bm": 64}, "float32", (9, 0))) == key  # canonical
+    key = cubins.entry_key(cubins.key_parts(build_key(*base)))
+    assert cubins.entry_key(cubins.key_parts(build_key("vector", {"bn": 64, "bm": 64}, "float32", (9, 0)))) == key
     changed = [
         ("splitk", {"bm": 64, "bn": 64}, "float32", (9, 0)),
         ("vector", {"bm": 128, "bn": 64}, "float32", (9, 0)),
         ("vector", {"bm": 64, "bn": 64}, "float64", (9, 0)),
         ("vector", {"bm": 64, "bn": 64}, "float32", (8, 0)),
     ]
-    keys = {cubins.entry_key(cubins.key_parts(*c)) for c in changed}
+    keys = {cubins.entry_key(cubins.key_parts(build_key(*c))) for c in changed}
     assert len(keys) == 4 and key not in keys
     monkeypatch.setattr(cubins, "toolchain", lambda: {"numba_cuda": "0.31", "nvvm": "13.5", "nvjitlink": "13.5"})
-    assert cubins.entry_key(cubins.key_parts(*base)) != key
+    assert cubins.entry_key(cubins.key_parts(build_key(*base))) != key
     monkeypatch.undo()
     monkeypatch.setenv("MMTUNE_KERNELS", str(root))
     monkeypatch.setattr(cubins, "kernel_sources", lambda: sorted(sources.glob("*.py")))
-    assert cubins.entry_key(cubins.key_parts(*base)) == key
+    assert cubins.entry_key(cubins.key_parts(build_key(*base))) == key
     (sources / "base.py").write_text("x = 2\n")  # a kernel source changed: another binary
-    assert cubins.entry_key(cubins.key_parts(*base)) != key
+    assert cubins.entry_key(cubins.key_parts(build_key(*base))) != key
     for part in ("offset_bits", "unaligned", "layout", "arch", "source", "numba_cuda", "nvvm", "nvjitlink"):
-        assert part in cubins.key_parts(*base)
+        assert part in cubins.key_parts(build_key(*base))
 
 
 def test_sources_are_hashed_only_when_they_change(root, tmp_path, monkeypatch):
@@ -76,7 +85,7 @@ def test_sources_are_hashed_only_when_they_change(root, tmp_path, monkeypatch):
 
 
 def test_entries_round_trip_and_damaged_or_foreign_ones_read_as_missing(root):
-    parts = cubins.key_parts("naive", {"block": 16}, "float32", (9, 0))
+    parts = cubins.key_parts(build_key("naive", {"block": 16}, "float32", (9, 0)))
     entry = fake_entry(parts)
     path = cubins.write(entry)
     assert cubins.read(parts) == entry
@@ -86,24 +95,24 @@ def test_entries_round_trip_and_damaged_or_foreign_ones_read_as_missing(root):
     assert cubins.read(parts) is None
     path.write_bytes(b"garbage")
     assert cubins.read(parts) is None
-    other = cubins.key_parts("naive", {"block": 32}, "float32", (9, 0))
+    other = cubins.key_parts(build_key("naive", {"block": 32}, "float32", (9, 0)))
     path.write_bytes(cubins.encode(fake_entry(other)))  # another key's entry under this name
     assert cubins.read(parts) is None
 
 
 def test_a_damaged_entry_is_rebuilt(root, monkeypatch):
-    parts = cubins.key_parts("naive", {"block": 16}, "float32", (9, 0))
+    parts = cubins.key_parts(build_key("naive", {"block": 16}, "float32", (9, 0)))
     built = []
     monkeypatch.setattr(cubins, "build", lambda *args: built.append(args) or fake_entry(parts))
     cubins.path_of(cubins.entry_key(parts)).parent.mkdir(parents=True, exist_ok=True)
     cubins.path_of(cubins.entry_key(parts)).write_bytes(cubins.MAGIC + b"\0\0\0\5{bad")
-    assert cubins.get("naive", {"block": 16}, "float32", (9, 0)).cubin == b"\x7fELF fake"
-    assert cubins.get("naive", {"block": 16}, "float32", (9, 0)).cubin == b"\x7fELF fake"
+    assert cubins.get(build_key("naive", {"block": 16}, "float32", (9, 0))).cubin == b"\x7fELF fake"
+    assert cubins.get(build_key("naive", {"block": 16}, "float32", (9, 0))).cubin == b"\x7fELF fake"
     assert len(built) == 1
 
 
 def test_a_failed_write_leaves_the_old_entry(root, monkeypatch):
-    parts = cubins.key_parts("naive", {"block": 16}, "float32", (9, 0))
+    parts = cubins.key_parts(build_key("naive", {"block": 16}, "float32", (9, 0)))
     cubins.write(fake_entry(parts, b"old"))
 
     def interrupted(source, target):
@@ -117,12 +126,12 @@ def test_a_failed_write_leaves_the_old_entry(root, monkeypatch):
 
 
 def test_a_remembered_shape_is_forgotten_when_the_cache_changes(root, isolated_cache):
-    shapes.remember("NVIDIA H200", "float32", (64, 64, 64), "vector", {"bm": 64})
-    assert shapes.recall("NVIDIA H200", "float32", (64, 64, 64)) == ("vector", {"bm": 64})
-    assert shapes.recall("NVIDIA H100", "float32", (64, 64, 64)) is None
+    shapes.remember(Problem("NVIDIA H200", "float32", 64, 64, 64), Config.of("vector", {"bm": 64}))
+    assert shapes.recall(Problem("NVIDIA H200", "float32", 64, 64, 64)) == Config.of("vector", {"bm": 64})
+    assert shapes.recall(Problem("NVIDIA H100", "float32", 64, 64, 64)) is None
     isolated_cache.parent.mkdir(parents=True, exist_ok=True)
     isolated_cache.write_bytes(b"a new cache")
-    assert shapes.recall("NVIDIA H200", "float32", (64, 64, 64)) is None
+    assert shapes.recall(Problem("NVIDIA H200", "float32", 64, 64, 64)) is None
 
 
 BUILD = """
@@ -131,9 +140,11 @@ from autotune.store import cubins
 from autotune.store import shapes
 from autotune.store import warm
 import kernels
+from autotune.space.problem import Problem
+from kernels.rules import Arch
 family, config = "splitk", kernels.family("splitk").default
-entry = cubins.get(family, config, "float32", (9, 0))
-shapes.remember("NVIDIA H200", "float32", (96, 80, 64), family, config)
+entry = cubins.get(cubins.BuildKey.of(kernels.Config.of(family, config), "float32", (96, 80, 64), "NN", Arch(9, 0)))
+shapes.remember(Problem("NVIDIA H200", "float32", 96, 80, 64), kernels.Config.of(family, config))
 from kernels.resources import ptx
 divides = "div.s64" in ptx(kernels.build(family, config, "float32"), (9, 0))
 helpers = b".text.__cuda_sm20_div_s64" in entry.cubin
@@ -144,9 +155,11 @@ LOAD = """
 import json, sys
 from autotune import backends
 from autotune.call import front
-family, config, entry = front.find_entry(backends.Device("NVIDIA H200", "9.0", 132), 96, 80, 64, "float32")
-loaded = [m for m in sys.modules if m == "numba" or m.startswith(("numba.", "kernels.")) and m != "kernels.rules"]
-print(json.dumps({"key": entry.key, "family": family, "loaded": loaded}))
+from autotune.space.problem import Problem
+served = front.find_entry(backends.Device("NVIDIA H200", "9.0", 132), Problem("NVIDIA H200", "float32", 96, 80, 64))
+loaded = [m for m in sys.modules if m == "numba" or m.startswith(("numba.", "kernels.")) and m != "kernels.rules"
+          and m != "kernels.contract"]
+print(json.dumps({"key": served.entry.key, "family": served.config.family, "loaded": loaded}))
 """
 
 
@@ -174,19 +187,19 @@ def test_warm_takes_the_architectures_rows_as_lookup_prefers_them(root, monkeypa
     from autotune.store import cache
 
     current = kernels.source_hash("vector")
-    shipped = {"device": "NVIDIA H200", "dtype": "float32", "m": 8, "n": 8, "k": 8, "family": "vector",
-               "params": {"from": "shipped"}, "cc": "9.0", "gflops": 2.0, "source_hash": current}
-    cached = dict(shipped, params={"from": "cache"}, gflops=3.0)
-    other = dict(shipped, m=16, cc="8.0")
+    shipped = Row(device="NVIDIA H200", dtype="float32", m=8, n=8, k=8, family="vector", params={"from": "shipped"},
+                  cc="9.0", gflops=2.0, source_hash=current)
+    cached = replace(shipped, params={"from": "cache"}, gflops=3.0)
+    other = replace(shipped, m=16, cc="8.0")
     monkeypatch.setattr(records, "shipped_rows", lambda device, dtype: [shipped, other])
     monkeypatch.setattr(cache.Cache, "rows", lambda self, *a, **k: [cached])
     kept = []
-    monkeypatch.setattr(warm, "keep", lambda row, root=None, rivals=(): kept.append(row["params"]) or fake_entry({}))
-    results = warm.warm((9, 0))
+    monkeypatch.setattr(warm, "keep", lambda row, root=None, rivals=(): kept.append(row.params) or fake_entry({}))
+    results = warm.warm(Arch(9, 0))
     assert kept == [{"from": "cache"}] and [r.error for r in results] == [None]
     kept.clear()
-    monkeypatch.setattr(cache.Cache, "rows", lambda self, *a, **k: [dict(cached, source_hash="older", gflops=9.0)])
-    warm.warm((9, 0))
+    monkeypatch.setattr(cache.Cache, "rows", lambda self, *a, **k: [replace(cached, source_hash="older", gflops=9.0)])
+    warm.warm(Arch(9, 0))
     assert kept == [{"from": "shipped"}]
 
 

@@ -1,7 +1,7 @@
 import csv
 import json
 
-from autotune.bench.sweep import CSV_FIELDS, elements_config, size_table, sweep
+from autotune.bench.sweep import CSV_FIELDS, Tables, elements_config, size_table, sweep
 
 
 def test_elements_config_is_the_seeds_ilp_layout():
@@ -11,7 +11,7 @@ def test_elements_config_is_the_seeds_ilp_layout():
 
 
 def test_sweep_measures_every_cell_and_writes_csv_json_png(tmp_path):
-    result = sweep("float32", sizes=(5, 9), blocks=(8, 16), elements=(8, 3), register_size=20, out_dir=tmp_path)
+    result = sweep("float32", Tables(sizes=(5, 9), blocks=(8, 16), elements=(8, 3), register_size=20), out_dir=tmp_path)
     rows = result["rows"]
     assert len(rows) == 2 * 2 * 2 + 2
     sizes, blocks, grid = size_table(rows, "shared")

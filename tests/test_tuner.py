@@ -15,9 +15,13 @@ import autotune.store.records
 import autotune.tune.study
 import autotune.tune.tuner
 from autotune.select import neighbours
-from autotune.tune.study import MEASURED_GUESSES, measured_guesses, study_name, warm_start
+from autotune.tune.study import MEASURED_GUESSES, WarmStart, measured_guesses, study_name, warm_start
+from autotune.backends import Device
+from dataclasses import replace
 from kernels.base import Config
 from autotune.tune.tuner import TuneError, TuneRequest, tune
+from autotune.space.problem import Problem
+from autotune.store.rows import Row
 
 SHAPE = (96, 80, 64)
 REG = kernels.family("register").default
@@ -51,10 +55,10 @@ def test_tune_writes_the_best_verified_config_to_the_cache():
     replay = Replay({config_key("register", FAST): 500.0}, default=10.0)
     result = run(replay, trials=6)
     assert result.written and result.trials == 6 and result.new_trials == 6
-    row = Cache().get("simulator", "float32", *SHAPE)
-    assert row == {**row, "family": "register", "params": REG, "gflops": 10.0, "trials": 6}
-    assert row["study"] == study_name("simulator", "float32", *SHAPE, precision="ieee") and row["source_hash"]
-    assert row["precision"] == "ieee"
+    row = Cache().get(Problem("simulator", "float32", *SHAPE))
+    assert (row.family, row.params, row.gflops, row.trials) == ("register", REG, 10.0, 6)
+    assert row.study == study_name(Problem("simulator", "float32", *SHAPE, precision="ieee"), narrowed=True) and row.source_hash
+    assert row.precision == "ieee"
 
 
 def test_the_default_is_the_first_trial_and_finalists_are_retimed():
@@ -71,7 +75,7 @@ def test_failures_are_failed_trials_with_reasons_and_never_cached():
     failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
     assert result.failed == len(failed) >= 1
     assert "CUDA_ERROR_ILLEGAL_ADDRESS" in failed[0].user_attrs["error"]
-    assert Cache().get("simulator", "float32", *SHAPE)["gflops"] == 5.0
+    assert Cache().get(Problem("simulator", "float32", *SHAPE)).gflops == 5.0
 
 
 def test_wrong_results_fail_their_trial():
@@ -132,8 +136,14 @@ def test_infeasible_suggestions_are_pruned_without_measuring():
     assert len(replay.calls) == 10 + min(FINALISTS, 10)
 
 
+def start(device, shape, families, limits, sm_count=0, cc="", layout="NN"):
+    """What warm_start is given for a float32 `shape` on GPU model `device`."""
+    problem = Problem(device, "float32", *shape, layout=layout)
+    return WarmStart(problem=problem, gpu=Device(device, cc, sm_count), families=families, limits=limits)
+
+
 def test_warm_start_enqueues_the_nearest_tuned_configs():
-    Cache().record(dict(device="simulator", dtype="float32", m=100, n=80, k=64, family="register", params=FAST, gflops=1.0))
+    Cache().record(Row(device="simulator", dtype="float32", m=100, n=80, k=64, family="register", params=FAST, gflops=1.0))
     replay = Replay()
     run(replay, trials=3)
     assert replay.calls[:2] == [config_key("register", FAST), config_key("register", REG)]
@@ -141,34 +151,33 @@ def test_warm_start_enqueues_the_nearest_tuned_configs():
 
 def test_the_nearest_tuned_tile_is_also_tried_streamed():
     tile = kernels.family("vector").default
-    Cache().record(dict(device="simulator", dtype="float32", m=100, n=80, k=64, family="vector", params=tile, gflops=1.0))
-    configs = warm_start(Cache(), "simulator", "float32", (100, 80, 64), ["vector", "streamk"], DeviceLimits())
+    Cache().record(Row(device="simulator", dtype="float32", m=100, n=80, k=64, family="vector", params=tile, gflops=1.0))
+    configs = warm_start(Cache(), start("simulator", (100, 80, 64), ["vector", "streamk"], DeviceLimits()))
     assert configs[:2] == [Config.of("vector", tile), stream_twin(Config.of("vector", tile))]
 
 
 def test_a_tune_of_a_few_rows_or_a_short_k_starts_from_lookups_rule():
     limits, families = GpuLimits.for_cc("9.0"), list(FAMILY_NAMES)
     for layout in ("NN", "NT"):
-        configs = warm_start(Cache(), "NVIDIA H200", "float32", (1, 4096, 1024), families, limits, 132, "9.0", layout)
-        assert configs[0] == few_rows_guess(1, 4096, 1024, "float32", limits, 132, layout=layout)
+        configs = warm_start(Cache(), start("NVIDIA H200", (1, 4096, 1024), families, limits, 132, "9.0", layout))
+        assert configs[0] == few_rows_guess((1, 4096, 1024), "float32", limits, 132, layout=layout)
         assert configs[0].family == "gemv"
-    configs = warm_start(Cache(), "NVIDIA H200", "float32", (2008, 944, 60), families, limits, 132, "9.0")
-    assert configs[0] == small_k_guess(2008, 944, 60, "float32", limits, 132)
+    configs = warm_start(Cache(), start("NVIDIA H200", (2008, 944, 60), families, limits, 132, "9.0"))
+    assert configs[0] == small_k_guess((2008, 944, 60), "float32", limits, 132)
 
 
 def test_a_gpu_model_without_rows_warm_starts_from_its_architectures_records(monkeypatch):
     """An H100 with no records of its own is served the H200's; a cold H100 tune that started from
     its own rows only found configs slower than those (docs/performance.md, step 22)."""
-    h200 = dict(device="NVIDIA H200", cc="9.0", sm_count=132, dtype="float32", m=100, n=80, k=64, family="register",
-                params=FAST, gflops=1.0)
-    a100 = dict(h200, device="NVIDIA A100", cc="8.0", params={**REG, "bm": 64, "tm": 4})
+    h200 = Row(device="NVIDIA H200", cc="9.0", sm_count=132, dtype="float32", m=100, n=80, k=64, family="register",
+               params=FAST, gflops=1.0)
+    a100 = replace(h200, device="NVIDIA A100", cc="8.0", params={**REG, "bm": 64, "tm": 4})
     monkeypatch.setattr(autotune.tune.study, "shipped_rows", lambda device=None, dtype=None: [
-        r for r in (h200, a100) if device in (None, r["device"])])
-    configs = warm_start(Cache(), "NVIDIA H100 80GB HBM3", "float32", (100, 80, 64), ["register"], DeviceLimits(),
-                         cc="9.0")
+        r for r in (h200, a100) if device in (None, r.device)])
+    configs = warm_start(Cache(), start("NVIDIA H100 80GB HBM3", (100, 80, 64), ["register"], DeviceLimits(), cc="9.0"))
     assert configs == [Config.of("register", FAST), Config.of("register", REG)]  # not the other architecture's
-    assert warm_start(Cache(), "NVIDIA H100 80GB HBM3", "float32", (100, 80, 64), ["register"],
-                      DeviceLimits()) == [Config.of("register", REG)]
+    assert warm_start(Cache(), start("NVIDIA H100 80GB HBM3", (100, 80, 64), ["register"],
+                                     DeviceLimits())) == [Config.of("register", REG)]
 
 
 def test_an_untuned_shape_warm_starts_from_the_measured_tables_best_candidates():
@@ -177,16 +186,16 @@ def test_an_untuned_shape_warm_starts_from_the_measured_tables_best_candidates()
     limits = DeviceLimits.for_cc("9.0")
     shape = (1000, 1000, 1000)
     (table,) = [t for t in autotune.store.records.measured_tables() if t["device"] == "NVIDIA H200"]
-    ranked = [Config.of(p.family, p.config) for p in neighbours.ranked(table, *shape, 132, count=MEASURED_GUESSES)]
-    configs = warm_start(Cache(), "NVIDIA H100 80GB HBM3", "float32", shape, ["vector", "splitk", "streamk"], limits,
-                         132, "9.0")
-    guesses = shape_guesses(*shape, "float32", limits, 132)
+    ranked = [Config.of(p.family, p.config) for p in neighbours.ranked(table, shape, 132, count=MEASURED_GUESSES)]
+    configs = warm_start(Cache(), start("NVIDIA H100 80GB HBM3", shape, ["vector", "splitk", "streamk"], limits, 132,
+                                        "9.0"))
+    guesses = shape_guesses(shape, "float32", limits, 132)
     assert len(ranked) == MEASURED_GUESSES and configs[:len(guesses)] == guesses
     assert [c for c in configs if c in ranked] == ranked
     t4 = GpuLimits.for_cc("7.5")  # no table of its architecture: the H200's, within what it compiles
-    on_t4 = measured_guesses("Tesla T4", "7.5", "float32", shape, 40, t4)
+    on_t4 = measured_guesses(start("Tesla T4", shape, ["vector"], t4, 40, "7.5"))
     assert len(on_t4) == MEASURED_GUESSES and not [c for c in on_t4 if c.params["async_copy"]]
-    assert not measured_guesses("simulator", "", "float32", shape, 40, t4)  # no architecture known
+    assert not measured_guesses(start("simulator", shape, ["vector"], t4, 40))  # no architecture known
 
 
 def test_a_cold_study_tries_the_families_defaults_best_guess_first():
@@ -201,7 +210,7 @@ def test_a_cold_study_tries_the_families_defaults_best_guess_first():
 def test_samplers_search(sampler):
     replay = Replay()
     result = run(replay, trials=4, sampler=sampler, families=["shared"])
-    assert result.trials == 4 and result.row["family"] == "shared"
+    assert result.trials == 4 and result.row.family == "shared"
 
 
 def test_the_seed_makes_tpe_repeatable(tmp_path, monkeypatch):
@@ -242,7 +251,7 @@ def test_bad_requests_are_refused(options, message):
 def test_a_real_simulated_tune():
     """No replay: kernels are built, verified and timed in the simulator."""
     result = tune(TuneRequest(5, 7, 3, "float64", trials=2, families=["shared"], jobs=1), show_progress=False)
-    assert result.trials == 2 and result.row["family"] == "shared" and result.written
+    assert result.trials == 2 and result.row.family == "shared" and result.written
     study = load(result)
     assert all(t.user_attrs["verify_error"] < 1e-12 for t in study.trials)
 
@@ -265,7 +274,7 @@ def test_worker_processes_share_one_study():
     assert result.trials == len(measured) and 6 <= len(measured) <= 7  # each worker may finish one in flight
     assert len({t.number for t in measured}) == len(measured)
     assert all(t.user_attrs["median_ms"] > 0 for t in measured)
-    assert Cache().get("simulator", "float32", *SHAPE)["trials"] == result.trials
+    assert Cache().get(Problem("simulator", "float32", *SHAPE)).trials == result.trials
 
 
 def test_jobs_must_be_positive():
@@ -289,7 +298,7 @@ def test_one_worker_per_gpu_on_one_study():
     measured = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and "repeat_of" not in t.user_attrs]
     assert 8 <= len(measured) <= 9  # each worker may finish one trial in flight
     assert {t.user_attrs["gpu"] for t in measured} == {"0", "1"}
-    assert Cache().get("simulator", "float32", *SHAPE)["trials"] == result.trials
+    assert Cache().get(Problem("simulator", "float32", *SHAPE)).trials == result.trials
 
 
 def test_gpus_must_be_distinct_indices():
@@ -304,24 +313,24 @@ class KilledWhileRetiming(Replay):
         super().__init__(**options)
         self.retimings, self.die_at = 0, die_at
 
-    def __call__(self, kernel, m, n, k, rng, warmup=3, repeat=20, lock=None):
+    def __call__(self, kernel, shape, rng, warmup=3, repeat=20, lock=None):
         if repeat == FINAL_LAUNCHES:
             self.retimings += 1
             if self.retimings == self.die_at:
                 raise KeyboardInterrupt
-        return super().__call__(kernel, m, n, k, rng, warmup, repeat, lock)
+        return super().__call__(kernel, shape, rng, warmup, repeat, lock)
 
 
 def test_a_rerun_after_a_kill_while_retiming_finishes_the_retiming_without_searching():
     table = {config_key("register", REG): 500.0}
     with pytest.raises(KeyboardInterrupt):
         run(KilledWhileRetiming(2, table=table, default=10.0), trials=6)
-    assert Cache().get("simulator", "float32", *SHAPE) is None
+    assert Cache().get(Problem("simulator", "float32", *SHAPE)) is None
     rerun = Replay(table, default=10.0)
     result = run(rerun, trials=6)
     assert result.new_trials == 0 and result.written
     assert len(rerun.calls) == FINALISTS - 1  # the first finalist's result was kept
-    assert Cache().get("simulator", "float32", *SHAPE)["params"] == REG
+    assert Cache().get(Problem("simulator", "float32", *SHAPE)).params == REG
     again = Replay(table)
     run(again, trials=6)
     assert again.calls == []  # every finalist was re-timed on today's code
@@ -371,10 +380,10 @@ class Forking(Replay):
     def close(self):
         self.root.closed += 1
 
-    def __call__(self, kernel, m, n, k, rng, warmup=3, repeat=20, lock=None):
+    def __call__(self, kernel, shape, rng, warmup=3, repeat=20, lock=None):
         if repeat == FINAL_LAUNCHES:
             self.root.locks.append(lock)
-        return super().__call__(kernel, m, n, k, rng, warmup, repeat, lock)
+        return super().__call__(kernel, shape, rng, warmup, repeat, lock)
 
 
 def test_finalists_are_retimed_at_once_by_forked_measurers_taking_turns_on_a_lock():
@@ -391,7 +400,7 @@ def test_a_skinny_shape_starts_from_the_shape_rule(monkeypatch):
     monkeypatch.setenv("MMTUNE_PRETEND_GPU", "NVIDIA H200;9.0;132")
     replay = Replay()
     tune(TuneRequest(16, 4096, 4096, trials=2, families=["vector", "splitk"], jobs=1), replay, show_progress=False)
-    first = shape_guesses(16, 4096, 4096, "float32", DeviceLimits(), 132)[0]
+    first = shape_guesses((16, 4096, 4096), "float32", DeviceLimits(), 132)[0]
     assert first.family == "splitk" and replay.calls[0] == first.key
 
 

@@ -23,7 +23,7 @@ import random
 import statistics
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Callable
@@ -197,7 +197,8 @@ class TorchDevice:
         rows = checked_rows(m, n, k, np.random.default_rng(seed))
         A_rows = A[torch.as_tensor(rows, device=A.device)] if isinstance(rows, np.ndarray) else A
         expected = reference(A_rows.cpu().numpy(), B.cpu().numpy())
-        return Operands(A, B, torch.empty((m, n), device="cuda"), rows, expected, error_bound(DTYPE, k))
+        return Operands(A=A, B=B, C=torch.empty((m, n), device="cuda"), rows=rows, expected=expected,
+                        bound=error_bound(DTYPE, k))
 
     def poison(self, C) -> None:
         C.fill_(float("nan"))
@@ -261,8 +262,20 @@ class _LoopTimer:
         return time_launches(self.call, warmup=1, repeat=5).median_ms * 1e-3
 
 
-def torch_peers(device: TorchDevice, precision: str | None = None) -> tuple[list[Peer], dict[str, str]]:
-    """The peers that import here, and why each other one is absent; mmtune's asks for `precision`."""
+@dataclass(frozen=True)
+class Lineup:
+    """The device the peers are timed on (its operands, timers and name), the peers, and why each
+    other one is absent."""
+
+    device: object  # TorchDevice, or a stand-in with its methods
+    peers: list[Peer]
+    absent: dict[str, str] = field(default_factory=dict)
+
+
+def torch_peers(precision: str | None = None) -> Lineup:
+    """The GPU through PyTorch and the peers that import here, and why each other one is absent;
+    mmtune's asks for `precision`."""
+    device = TorchDevice()
     torch = device.torch
     from autotune.call.front import matmul  # the path users call: driver plans on torch's stream
 
@@ -289,23 +302,19 @@ def torch_peers(device: TorchDevice, precision: str | None = None) -> tuple[list
 
         peers.append(Peer("cupy", bind_cupy))
         device.versions["cupy"] = cupy.__version__
-    return peers, absent
+    return Lineup(device, peers, absent)
 
 
 def bench_peers(
     shapes: list[tuple[int, int, int]], out_dir: Path | None = None, rounds: int = ROUNDS,
-    progress: Callable[[str], None] | None = None, device=None, peers: list[Peer] | None = None,
-    absent: dict[str, str] | None = None, precision: str | None = None,
+    progress: Callable[[str], None] | None = None, precision: str | None = None, lineup: Lineup | None = None,
 ) -> dict:
     """Time every peer at OVERHEAD_SHAPE (for the call overhead), then at every shape; with
-    `out_dir`, write peers.json, peers.md and peers.png there. `device` and `peers` default to
-    the GPU through PyTorch and the peers that import; mmtune's kernels are of `precision`
+    `out_dir`, write peers.json, peers.md and peers.png there. `lineup` defaults to the GPU
+    through PyTorch and the peers that import (torch_peers); mmtune's kernels are of `precision`
     (autotune.space.precision; default its default)."""
-    if device is None:
-        device = TorchDevice()
-    if peers is None:
-        peers, absent = torch_peers(device, precision)
-    absent = dict(absent or {})
+    lineup = lineup or torch_peers(precision)
+    device, peers, absent = lineup.device, lineup.peers, dict(lineup.absent)
     measured = {}
     # OVERHEAD_SHAPE first: its first calls, not the suite's, carry the libraries' one-time setup
     for shape in dict.fromkeys([OVERHEAD_SHAPE, *shapes]):
@@ -349,8 +358,8 @@ def measure_shape(shape: tuple[int, int, int], device, peers: list[Peer], rounds
     row = {"m": m, "n": n, "k": k, "category": category(m, n, k), "source": choice.source, "family": choice.family,
            "precision": choice.precision}
     for name in PEER_NAMES:
-        for field in ("call_gflops", "kernel_gflops", "first_call_s", "call_us", "kernel_us", "error", "kernel_timing"):
-            row[f"{name}_{field}"] = None
+        for key in ("call_gflops", "kernel_gflops", "first_call_s", "call_us", "kernel_us", "error", "kernel_timing"):
+            row[f"{name}_{key}"] = None
     failures, ready = {}, {}
     for peer in peers:
         try:

@@ -56,10 +56,10 @@ def bench(shapes, dtype: str = "float32", out_dir: Path | None = None, seeds: bo
                "precision": choice.precision}
         row["cublas_gflops"] = time_launches(lambda: cublas(dA, dB, dC), repeat=repeat).gflops(m, n, k) if cublas else None
         shape = (m, n, k)
-        row["tuned_gflops"] = _verified_gflops(kernel_for(choice, dtype, shape), shape, rng, dA, dB, dC, repeat)
+        row["tuned_gflops"] = _verified_gflops(kernel_for(choice, dtype, shape), shape, rng, (dA, dB, dC), repeat)
         for name, (family, config) in (SEEDS.items() if seeds else ()):
             seed_kernel = kernels.build_for(family, config, dtype, shape)
-            row[f"{name}_gflops"] = _verified_gflops(seed_kernel, shape, rng, dA, dB, dC, repeat)
+            row[f"{name}_gflops"] = _verified_gflops(seed_kernel, shape, rng, (dA, dB, dC), repeat)
         row["ratio"] = row["tuned_gflops"] / row["cublas_gflops"] if row["cublas_gflops"] and row["tuned_gflops"] else None
         rows.append(row)
     ratios = [r["ratio"] for r in rows if r["ratio"]]
@@ -75,11 +75,11 @@ def bench(shapes, dtype: str = "float32", out_dir: Path | None = None, seeds: bo
     return result
 
 
-def _verified_gflops(kernel, shape, rng, dA, dB, dC, repeat) -> float | None:
-    """GFLOPS on the shared arrays, or None if the kernel is wrong at this shape."""
+def _verified_gflops(kernel, shape, rng, arrays, repeat) -> float | None:
+    """GFLOPS on the shared device `arrays` (A, B, C), or None if the kernel is wrong at this shape."""
     if not verify(kernel, *shape, rng).ok:
         return None
-    return time_launches(lambda: kernel.launch(dA, dB, dC), repeat=repeat).gflops(*shape)
+    return time_launches(lambda: kernel.launch(*arrays), repeat=repeat).gflops(*shape)
 
 
 def chart(result: dict, path: Path) -> None:

@@ -47,12 +47,22 @@ def elements_config(elements: int) -> dict:
     }
 
 
-def sweep(
-    dtype: str = "float32", sizes=SIZES, blocks=BLOCKS, elements=ELEMENTS, register_size: int = REGISTER_SIZE,
-    out_dir: Path | None = None, repeat: int = 20, progress=None,
-) -> dict:
+@dataclass(frozen=True)
+class Tables:
+    """What the three tables cover: square sizes and block edges (naive, shared), elements per
+    thread at one size (register)."""
+
+    sizes: tuple = SIZES
+    blocks: tuple = BLOCKS
+    elements: tuple = ELEMENTS
+    register_size: int = REGISTER_SIZE
+
+
+def sweep(dtype: str = "float32", tables: Tables = Tables(), out_dir: Path | None = None, repeat: int = 20,
+          progress=None) -> dict:
     """Measure the three tables; write sweep.csv, sweep.json and sweep.png to `out_dir` if given.
     `progress(text)` is told each measurement before it starts."""
+    sizes, blocks, elements, register_size = tables.sizes, tables.blocks, tables.elements, tables.register_size
     if dtype not in kernels.DTYPES:
         raise ValueError(f"unsupported dtype {dtype!r}; supported: {', '.join(kernels.DTYPES)}")
     rng = np.random.default_rng(0)
@@ -134,7 +144,7 @@ def _measure_row(cell: Cell, bench: Bench, cublas_gflops: float | None) -> dict:
     try:
         kernel = kernels.build(family, config, dtype)
         row["threads"] = kernel.threads
-        result = measure(kernel, size, size, size, bench.rng, repeat=bench.repeat)
+        result = measure(kernel, (size, size, size), bench.rng, repeat=bench.repeat)
     except Exception as error:  # a config that cannot compile or launch is a row, not the end of the sweep
         row["error"] = f"{type(error).__name__}: {error}".splitlines()[0]
         return row

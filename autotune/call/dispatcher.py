@@ -93,12 +93,13 @@ def _plan(dA, dB, deterministic: bool = False, precision: str | None = None) -> 
     backends.require_gpu()
     m, n, k, dtype = check_shapes(dA, dB)
     layout = arrays_layout(dA, dB)
-    return _Plan((m, n), np.dtype(dtype), layout, _parts(m, n, k, dtype, layout, deterministic, precision))
+    return _Plan((m, n), np.dtype(dtype), layout, _parts((m, n, k), dtype, layout, deterministic, precision))
 
 
-def _parts(m: int, n: int, k: int, dtype: str, layout: str, deterministic: bool, precision: str | None) -> tuple:
+def _parts(shape: tuple[int, int, int], dtype: str, layout: str, deterministic: bool, precision: str | None) -> tuple:
     """_Plan.parts: lookup's kernel for the product, or for its first rows and, for the rows it
     peels, the kernel lookup picks for a product of those rows."""
+    m, n, k = shape
     choice = lookup(m, n, k, dtype, layout=layout, deterministic=deterministic, precision=precision)
     main = m - choice.peel
     parts = [(0, main, kernel_for(choice, dtype, (m, n, k), layout))]
@@ -116,7 +117,7 @@ def _host_matmul(A: np.ndarray, B: np.ndarray, out, deterministic: bool = False,
     require_device_memory((m * k + k * n + m * n) * A.dtype.itemsize)
     backend = backends.current()
     dC = backend.empty((m, n), A.dtype)
-    plan = _Plan((m, n), A.dtype, "NN", _parts(m, n, k, dtype, "NN", deterministic, precision))
+    plan = _Plan((m, n), A.dtype, "NN", _parts((m, n, k), dtype, "NN", deterministic, precision))
     plan.launch(backend.to_device(np.ascontiguousarray(A)), backend.to_device(np.ascontiguousarray(B)), dC)
     if out is None:
         return dC.copy_to_host()

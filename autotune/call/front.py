@@ -21,7 +21,7 @@ import os
 import sys
 import threading
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Callable
 
@@ -33,8 +33,10 @@ from autotune.call.operands import Operand, check_product, dtype_name, kind_of, 
 from autotune.errors import CaptureError, LaunchError, OperandError
 from autotune.memos import MEMOS
 from autotune.space.precision import resolve as resolve_precision
+from autotune.space.problem import Problem
 from autotune.store import cubins, shapes
-from kernels.rules import Arch, adds_into_c, memory_shapes, offset_bits_for, peeled_rows, unaligned_for
+from kernels.contract import Config
+from kernels.rules import Arch, adds_into_c, memory_shapes, peeled_rows
 
 ENV = "MMTUNE_LAUNCH"  # "numba": launch through Numba's dispatcher, for debugging
 
@@ -51,6 +53,23 @@ class CallPlan:
     family: str
     config: dict
     new_out: Callable | None = None  # makes a new C, bound on first use
+
+
+@dataclass(frozen=True)
+class CallOptions:
+    """A call's options that decide its plan, besides its operands."""
+
+    stream: object = None
+    deterministic: bool = False
+    precision: str | None = None
+
+
+@dataclass(frozen=True)
+class Served:
+    """The config a problem is served by, and its kernel in the store."""
+
+    config: Config
+    entry: cubins.Entry
 
 
 _plans: dict[tuple, CallPlan] = MEMOS.table("call.plans")
@@ -89,7 +108,7 @@ def matmul(A, B, out=None, stream=None, deterministic=False, precision=None):
     key = (a.shape, b.shape, a.strides, b.strides, a.dtype, b.dtype, a.device, b.device, deterministic, precision)
     call = _plans.get(key)
     if call is None:
-        call = _build(key, kind, a, b, stream, deterministic, precision)
+        call = _build(key, kind, a, b, CallOptions(stream, deterministic, precision))
     if out is None:
         out, c = _empty(kind, A, call)
     else:
@@ -148,8 +167,7 @@ def _caller_stream(A) -> int:
     return 0
 
 
-def _build(key: tuple, kind: str, a: Operand, b: Operand, stream, deterministic: bool,
-           precision: str | None) -> CallPlan:
+def _build(key: tuple, kind: str, a: Operand, b: Operand, options: CallOptions) -> CallPlan:
     m, n, k, dtype, layout = check_product(a, b)
     with _build_lock:
         call = _plans.get(key)
@@ -158,36 +176,42 @@ def _build(key: tuple, kind: str, a: Operand, b: Operand, stream, deterministic:
         device = launch.device(a.device)
         previous = device.enter()
         try:
-            plan, family, config = _plan(device, kind, a, stream, m, n, k, dtype, layout, deterministic, precision)
+            raw = current_stream(kind, a.device) if options.stream is None else launch.stream_handle(options.stream)
+            _refuse_during_capture(raw, (m, n, k), dtype, a.device)
+            plan, config = None, Config.of("", {})
+            if m and n:  # an empty C needs no kernel (and CUDA refuses an empty grid)
+                gpu = _identity(device)
+                problem = Problem(device=gpu.name, dtype=dtype, m=m, n=n, k=k, layout=layout,
+                                  precision=resolve_precision(options.precision, dtype, gpu.cc))
+                plan, config = _plan(device, gpu, problem, options.deterministic)
         finally:
             device.leave(previous)
-        call = _plans[key] = CallPlan(kind, m, n, dtype, layout, ((m, n), None, a.dtype, a.device), plan, family, config)
+        call = _plans[key] = CallPlan(kind=kind, m=m, n=n, dtype=dtype, layout=layout,
+                                      out_key=((m, n), None, a.dtype, a.device), plan=plan, family=config.family,
+                                      config=config.params)
         return call
 
 
-def _plan(device: launch.GpuContext, kind: str, a: Operand, stream, m: int, n: int, k: int, dtype: str, layout: str,
-          deterministic: bool = False, precision: str | None = None):
-    """(launch plan, family, config) for a product in `layout` on `device`, whose context is current."""
-    raw = current_stream(kind, a.device) if stream is None else launch.stream_handle(stream)
-    _refuse_during_capture(raw, m, n, k, dtype, a.device)
-    if not (m and n):  # an empty C needs no kernel (and CUDA refuses an empty grid)
-        return None, "", {}
-    gpu = _identity(device)
-    family, config, entry = find_entry(gpu, m, n, k, dtype, layout, deterministic, precision)
-    rest = peeled_rows(m, config, layout)
+def _plan(device: launch.GpuContext, gpu: backends.Device, problem: Problem, deterministic: bool):
+    """(launch plan, config) for `problem` on `device`, whose context is current."""
+    served = find_entry(gpu, problem, deterministic)
+    rest = peeled_rows(problem.m, served.config.params, problem.layout)
     if not rest:
-        return entry_plan(device, entry, m, n, k, dtype, layout), family, config
-    *_, rest_entry = find_entry(gpu, rest, n, k, dtype, layout, deterministic, precision)
-    main, itemsize = m - rest, np.dtype(dtype).itemsize
-    parts = [(entry_plan(device, entry, main, n, k, dtype, layout), 0, 0),
-             (entry_plan(device, rest_entry, rest, n, k, dtype, layout), main * k * itemsize, main * n * itemsize)]
-    return launch.RowParts(parts), family, config
+        return entry_plan(device, served.entry, problem.shape, problem.dtype, problem.layout), served.config
+    rest_entry = find_entry(gpu, replace(problem, m=rest), deterministic).entry
+    (m, n, k), itemsize = problem.shape, np.dtype(problem.dtype).itemsize
+    main = m - rest
+    parts = [(entry_plan(device, served.entry, (main, n, k), problem.dtype, problem.layout), 0, 0),
+             (entry_plan(device, rest_entry, (rest, n, k), problem.dtype, problem.layout), main * k * itemsize,
+              main * n * itemsize)]
+    return launch.RowParts(parts), served.config
 
 
-def entry_plan(device: launch.GpuContext, entry: cubins.Entry, m: int, n: int, k: int, dtype: str,
+def entry_plan(device: launch.GpuContext, entry: cubins.Entry, shape: tuple[int, int, int], dtype: str,
                layout: str = "NN") -> launch.Plan:
-    """The launch plan of a stored kernel for an (M x K) @ (K x N) product in `layout` on `device`,
-    the cubin loaded once per process."""
+    """The launch plan of a stored kernel for a product of `shape` (M, N, K) in `layout` on
+    `device`, the cubin loaded once per process."""
+    m, n, k = shape
     loaded = _loaded.get(entry.key)
     if loaded is None:
         loaded = _loaded[entry.key] = launch.load(entry.cubin, entry.name, entry.dynamic_shared)
@@ -195,17 +219,18 @@ def entry_plan(device: launch.GpuContext, entry: cubins.Entry, m: int, n: int, k
     words, slots = launch.pack_arguments(memory_shapes(m, n, k, layout), itemsize)
     zero = m * n * itemsize // 4 if entry.adds else 0
     sms = device.attribute("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT") if entry.workers_per_sm else 0
-    workers = entry.workers_per_sm * sms
-    grid = launch.grid_for(m, n, entry.tile, entry.splits, workers)
-    return launch.Plan(loaded, device, grid, entry.block, words, slots, zero)
+    grid = launch.grid_for(m, n, entry.tile, entry.splits, entry.workers_per_sm * sms)
+    blocks = launch.Blocks(grid, entry.block, zero)
+    return launch.Plan(loaded=loaded, dev=device, blocks=blocks, words=words, slots=slots)
 
 
-def _refuse_during_capture(raw: int, m: int, n: int, k: int, dtype: str, device: int) -> None:
+def _refuse_during_capture(raw: int, shape: tuple[int, int, int], dtype: str, device: int) -> None:
     try:
         capturing = launch.capturing(raw)
     except LaunchError as error:  # querying another stream during a global-mode capture
         capturing = "CAPTURE" in str(error)
     if capturing:
+        m, n, k = shape
         raise CaptureError(
             f"matmul has no plan for {m}x{k} @ {k}x{n} {dtype} on cuda:{device} and the stream is being "
             "captured into a CUDA graph; call matmul once with these operands before capturing"
@@ -221,30 +246,26 @@ def _identity(device: launch.GpuContext) -> backends.Device:
     return found
 
 
-def find_entry(gpu: backends.Device, m: int, n: int, k: int, dtype: str, layout: str = "NN",
-               deterministic: bool = False, precision: str | None = None):
-    """(family, config, store entry) for a shape, layout and precision (autotune.space.precision; None:
-    its default) on a GPU: from the store when it remembers them (numba stays unloaded), else from
-    `lookup` for that GPU and, if missing, compiled into the store for that layout and the offset
-    width the shape needs. The store remembers what a plain lookup chose; a deterministic call
-    takes it only if it does not add into C."""
-    precision = resolve_precision(precision, dtype, gpu.cc)
-    found = shapes.recall(gpu.name, dtype, (m, n, k), layout=layout, precision=precision)
-    if found is None or (deterministic and adds_into_c(found[1])):
-        from autotune.select.lookup import lookup
+def find_entry(gpu: backends.Device, problem: Problem, deterministic: bool = False) -> Served:
+    """The config and store entry of `problem` (its precision resolved) on a GPU: from the store
+    when it remembers them (numba stays unloaded), else from `lookup` for that GPU and, if
+    missing, compiled into the store for the problem's layout and the offset width its shape
+    needs. The store remembers what a plain lookup chose; a deterministic call takes it only if
+    it does not add into C."""
+    config = shapes.recall(problem)
+    if config is None or (deterministic and adds_into_c(config.params)):
+        from autotune.select.lookup import choose
 
         stamp = shapes.cache_stamp()  # before looking up: a write meanwhile must make this stale
-        choice = lookup(m, n, k, dtype, gpu, layout, deterministic, precision)
-        found = (choice.family, choice.config)
+        choice = choose(problem, gpu, deterministic)
+        config = Config.of(choice.family, choice.config)
         try:
             if not deterministic:
-                shapes.remember(gpu.name, dtype, (m, n, k), *found, stamp=stamp, layout=layout, precision=precision)
+                shapes.remember(problem, config, stamp=stamp)
         except OSError as error:
             warnings.warn(f"mmtune: cannot write to the kernel store: {error}", stacklevel=3)
-    family, config = found
-    entry = cubins.get(family, config, dtype, cubins.parse_arch(gpu.cc), layout=layout, offset_bits=offset_bits_for(m, n, k),
-                      unaligned=unaligned_for(m, n, k, layout, dtype))
-    return family, config, entry
+    key = cubins.BuildKey.of(config, problem.dtype, problem.shape, problem.layout, Arch.of(gpu.cc))
+    return Served(config, cubins.get(key))
 
 
 def _empty(kind: str, A, call: CallPlan) -> tuple[object, Operand]:
@@ -253,7 +274,7 @@ def _empty(kind: str, A, call: CallPlan) -> tuple[object, Operand]:
     if call.new_out is None:
         call.new_out = _allocator(kind, A, call)
     out = call.new_out()
-    return out, Operand(_pointer(kind, out), (call.m, call.n), None, call.out_key[2], call.out_key[3])
+    return out, Operand._make((_pointer(kind, out), (call.m, call.n), None, call.out_key[2], call.out_key[3]))
 
 
 def _allocator(kind: str, A, call: CallPlan):

@@ -172,18 +172,27 @@ def load(cubin: bytes, entry: str, dynamic_shared: int = 0) -> LoadedKernel:
     return LoadedKernel(library, kernel, dynamic_shared, cubin)
 
 
+@dataclass(frozen=True)
+class Blocks:
+    """How a launch covers the product: its grid and block, and the 32-bit words of C to zero
+    first (split-K and stream-K add into C)."""
+
+    grid: tuple
+    block: tuple
+    zero_words: int = 0
+
+
 class Plan:
     """One kernel launch for fixed shapes, dtype and device; per call only pointers and stream."""
 
-    def __init__(self, loaded: LoadedKernel, dev: GpuContext, grid, block, words: list[int], slots: list[int],
-                 zero_words: int = 0):
+    def __init__(self, loaded: LoadedKernel, dev: GpuContext, blocks: Blocks, words: list[int], slots: list[int]):
         self.loaded, self.device = loaded, dev
         self.kernel = loaded.kernel
-        self.grid = tuple(grid)
-        self.block = tuple(block) + (1,) * (3 - len(block))
+        self.grid = tuple(blocks.grid)
+        self.block = tuple(blocks.block) + (1,) * (3 - len(blocks.block))
         self.shared = loaded.dynamic_shared
         self.words, self.slots = words, slots
-        self.zero_words = zero_words  # 32-bit words of C to zero first (split-K and stream-K add into C)
+        self.zero_words = blocks.zero_words
         self._local = threading.local()
         previous = dev.enter()
         try:

@@ -27,6 +27,9 @@ ACCEPTED = "C-contiguous, or the transpose of a C-contiguous array (layouts N an
 
 
 class Operand(NamedTuple):
+    """What a call reads of an array. The per-call readers build it with `_make`, NamedTuple's
+    cheapest constructor: it is made twice or three times a call."""
+
     pointer: int
     shape: tuple
     strides: tuple | None  # bytes; None when C-contiguous
@@ -53,7 +56,8 @@ def kind_of(x) -> str:
 
 
 def read_torch(t) -> Operand:
-    return Operand(t.data_ptr(), t.shape, None if t.is_contiguous() else _torch_strides(t), t.dtype, t.get_device())
+    return Operand._make((t.data_ptr(), t.shape, None if t.is_contiguous() else _torch_strides(t), t.dtype,
+                          t.get_device()))
 
 
 def _torch_strides(t) -> tuple:
@@ -61,7 +65,7 @@ def _torch_strides(t) -> tuple:
 
 
 def read_cupy(x) -> Operand:
-    return Operand(x.data.ptr, x.shape, None if x.flags.c_contiguous else x.strides, x.dtype, x.device.id)
+    return Operand._make((x.data.ptr, x.shape, None if x.flags.c_contiguous else x.strides, x.dtype, x.device.id))
 
 
 def read_cai(x) -> Operand:
@@ -69,7 +73,8 @@ def read_cai(x) -> Operand:
     pointer, shape, strides = cai["data"][0], tuple(cai["shape"]), cai.get("strides")
     if strides is not None and tuple(strides) == c_strides(shape, np.dtype(cai["typestr"]).itemsize):
         strides = None
-    return Operand(pointer, shape, None if strides is None else tuple(strides), cai["typestr"], _pointer_device(pointer))
+    return Operand._make((pointer, shape, None if strides is None else tuple(strides), cai["typestr"],
+                          _pointer_device(pointer)))
 
 
 def _pointer_device(pointer: int) -> int:
@@ -153,7 +158,7 @@ def read_dlpack(x) -> Operand:
         if strides == c_strides(shape, itemsize):
             strides = None
     device = tensor.device.device_id if tensor.device.device_type == _DL_CUDA else -1
-    return Operand((tensor.data or 0) + tensor.byte_offset, shape, strides, dtype, device)
+    return Operand._make(((tensor.data or 0) + tensor.byte_offset, shape, strides, dtype, device))
 
 
 def check_product(A: Operand, B: Operand, C: Operand | None = None) -> tuple[int, int, int, str, str]:

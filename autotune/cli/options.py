@@ -15,7 +15,9 @@ import typer
 
 from autotune.errors import UserError
 from autotune.space.precision import PRECISIONS
+from autotune.store.rows import Row
 from kernels import DTYPE_NAMES, LAYOUTS
+from kernels.rules import Arch
 
 
 def _names(what: str, known: tuple[str, ...], spelling: Callable[[str], str] = str.lower) -> Callable[[str], str]:
@@ -151,6 +153,13 @@ def layout_suffix(layout: Optional[str]) -> str:
     return "" if layout in (None, "NN") else f" {layout}"
 
 
-def row_name(row: dict) -> str:
-    shape = f"{row['m']}x{row['n']}x{row['k']}{layout_suffix(row.get('layout'))}"
-    return f"{row['device']} {row['dtype']} {shape} {row['family']}"
+def row_name(row: Row) -> str:
+    return f"{row.device} {row.dtype} {row.m}x{row.n}x{row.k}{layout_suffix(row.layout)} {row.family}"
+
+
+def parse_arch(text: str) -> Arch:
+    """A GPU architecture (a compute capability), as kernels.rules.Arch reads one."""
+    try:
+        return Arch.of(text)
+    except ValueError:
+        raise UserError(f"architecture must look like sm_90 or 9.0; got {text!r}") from None

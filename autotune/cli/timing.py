@@ -94,11 +94,11 @@ def sweep(
     simulate: Simulate = False,
 ):
     """Measure the seed study's tables on this GPU: GFLOPS by size and block, and by elements per thread."""
-    from autotune.bench.sweep import BLOCKS, ELEMENTS, SIZES, size_table
+    from autotune.bench.sweep import BLOCKS, ELEMENTS, SIZES, Tables, size_table
     from autotune.bench.sweep import sweep as run
 
-    result = run(dtype, sizes or SIZES, blocks or BLOCKS, elements or ELEMENTS, register_size, out,
-                 progress=lambda text: typer.echo(f"measuring {text}", err=True))
+    tables = Tables(tuple(sizes or SIZES), tuple(blocks or BLOCKS), tuple(elements or ELEMENTS), register_size)
+    result = run(dtype, tables, out, progress=lambda text: typer.echo(f"measuring {text}", err=True))
     console = Console(width=200)
     rows = result["rows"]
     cublas = {r["m"]: r["cublas_gflops"] for r in rows}

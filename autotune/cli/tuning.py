@@ -28,6 +28,7 @@ from autotune.cli.options import (
     gflops,
     int_list,
     layout_suffix,
+    parse_arch,
     row_name,
     shape,
     simulate_if_asked,
@@ -78,10 +79,10 @@ def tune(
     if row is None:
         raise TuneError(f"no config verified in {result.trials} trials ({result.failed} failed); their errors are in "
                         f"study {result.study_name!r} of {result.storage}")
-    typer.echo(f"best for {row['device']} {row['dtype']} {m}x{n}x{k}{layout_suffix(row['layout'])}: {row['family']} "
-               f"{json.dumps(row['params'])} ({row['precision']})")
+    typer.echo(f"best for {row.device} {row.dtype} {m}x{n}x{k}{layout_suffix(row.layout)}: {row.family} "
+               f"{json.dumps(row.params)} ({row.precision})")
     typer.echo(
-        f"  {gflops(row['gflops'])} GFLOPS, median {row['median_ms']:.4g} ms, spread {row['spread']:.1%};"
+        f"  {gflops(row.gflops)} GFLOPS, median {row.median_ms:.4g} ms, spread {row.spread:.1%};"
         f" {result.trials} trials ({result.new_trials} new, {result.failed} failed) in {result.wall_s:.0f} s"
     )
     typer.echo("  written to the cache" if result.written else "  the cache keeps a faster row for this shape")
@@ -99,19 +100,20 @@ def best(
 
     rows = cached(dtype, shape(m, n, k), layout, precision)
     if as_json:
-        typer.echo(json.dumps(rows, indent=2))
+        typer.echo(json.dumps([{**c.row.as_dict(), "stale": c.stale} for c in rows], indent=2))
         return
     table = Table("device", "dtype", "M", "N", "K", "layout", "precision", "family", "params", "GFLOPS", "spread",
                   "trials", "tuned", "code")
-    for r in rows:
-        params = " ".join(f"{key}={value}" for key, value in r["params"].items())
+    for c in rows:
+        r = c.row
+        params = " ".join(f"{key}={value}" for key, value in r.params.items())
         table.add_row(
-            r["device"], r["dtype"], str(r["m"]), str(r["n"]), str(r["k"]), r["layout"], r["precision"], r["family"],
-            params, gflops(r["gflops"]), f"{r['spread']:.1%}" if r["spread"] is not None else "",
-            str(r["trials"] or ""), (r["created"] or "")[:10], "stale" if r["stale"] else "current",
+            r.device, r.dtype, str(r.m), str(r.n), str(r.k), r.layout, r.precision, r.family,
+            params, gflops(r.gflops), f"{r.spread:.1%}" if r.spread is not None else "",
+            str(r.trials or ""), (r.created or "")[:10], "stale" if c.stale else "current",
         )
     Console(width=200).print(table)
-    if any(r["stale"] for r in rows):
+    if any(c.stale for c in rows):
         typer.echo("stale: measured on older kernel code; matmul prefers current rows, `mmtune tune` re-times them")
 
 
@@ -140,18 +142,9 @@ def lookup(
                    f"{choice.rest.family} {json.dumps(choice.rest.config)}")
 
 
-def _arch(text: str) -> tuple[int, int]:
-    from autotune.store.cubins import parse_arch
-
-    try:
-        return parse_arch(text)
-    except ValueError as error:  # autotune.store.cubins raises a builtin here
-        raise UserError(str(error)) from None
-
-
 @command()
 def warm(
-    arch: Annotated[Any, typer.Option(parser=_arch, metavar="ARCH", help=(
+    arch: Annotated[Any, typer.Option(parser=parse_arch, metavar="ARCH", help=(
         "GPU architecture to compile for, like sm_90 or 9.0."))] = "sm_90",
     retime: Annotated[bool, typer.Option("--retime/--no-retime", metavar="", help=(
         "First re-time, on this GPU, the stale rows of its model (cached or shipped) into the cache."))] = False,
@@ -167,7 +160,7 @@ def warm(
 
         for done in retime_stale(progress=lambda row: typer.echo(f"re-timing {row_name(row)}", err=True)):
             typer.echo(f"{row_name(done.old)}: " + (
-                f"{gflops(done.old['gflops'])} -> {gflops(done.new['gflops'])} GFLOPS on today's code"
+                f"{gflops(done.old.gflops)} -> {gflops(done.new.gflops)} GFLOPS on today's code"
                 if done.new else f"not re-timed: {done.error}"))
     if simulate:  # the simulator has no architecture to compile for
         return
@@ -180,22 +173,13 @@ def warm(
         raise typer.Exit(1)
 
 
-def _compute_capability(text: str) -> tuple[int, int]:
-    from kernels.rules import Arch
-
-    try:
-        return Arch.of(text).pair
-    except (ValueError, IndexError):
-        raise UserError(f"--cc takes a compute capability like 9.0 or sm_90; got {text!r}") from None
-
-
 @command()
 def check(
     family: Annotated[str, typer.Option(parser=str.lower, metavar="FAMILY", help="Kernel family.")] = "register",
     dtype: Dtype = "float32",
     sample: Annotated[int, typer.Option(metavar="COUNT", help=(
         "How many feasible configs to compile (the default first)."))] = 20,
-    cc: Annotated[Any, typer.Option(parser=_compute_capability, metavar="CC", help=(
+    cc: Annotated[Any, typer.Option(parser=parse_arch, metavar="CC", help=(
         "Target compute capability, like 9.0."))] = "9.0",
     seed: Annotated[int, typer.Option(metavar="SEED", help="Seed of the sample.")] = 0,
 ):
@@ -205,7 +189,7 @@ def check(
 
     limits = GpuLimits.for_cc(cc)
     try:
-        results = compile_check(family, sample_configs(family, dtype, limits, sample, seed), dtype, limits, cc)
+        results = compile_check(family, sample_configs(family, dtype, limits, sample, seed), dtype, limits, cc.pair)
     except (ValueError, RuntimeError) as error:  # autotune.space and kernels raise builtins here
         raise UserError(str(error)) from None
     table = Table("config", "registers", "spill bytes", "shared bytes", "verdict")

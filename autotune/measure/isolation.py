@@ -12,6 +12,7 @@ not the config's: InfrastructureFailure, which the tuner does not count as a tri
 from __future__ import annotations
 
 import multiprocessing
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -23,6 +24,21 @@ from autotune.measure.measurement import Measurement, measure
 START_TIMEOUT_S = 120.0  # importing numba and creating a CUDA context in a new process
 
 
+@dataclass(frozen=True)
+class _Trial:
+    """What the child measures: a kernel's build (kernels.build's arguments), where and how often."""
+
+    family: str
+    config: dict
+    dtype: str
+    layout: str
+    offset_bits: int
+    unaligned: str
+    shape: tuple[int, int, int]
+    seed: int
+    warmup: int
+    repeat: int
+    lock: str | None
 
 
 def _serve(connection, measure_fn: Callable) -> None:
@@ -40,11 +56,12 @@ def _serve(connection, measure_fn: Callable) -> None:
         request = connection.recv()
         if request is None:
             return
-        family, config, dtype, layout, offset_bits, unaligned, shape, seed, warmup, repeat, lock = request
         try:
-            kernel = kernels.build(family, config, dtype, layout, offset_bits, unaligned)
-            rng = np.random.default_rng(seed)
-            result = measure_fn(kernel, *shape, rng, warmup=warmup, repeat=repeat, lock=lock)
+            kernel = kernels.build(request.family, request.config, request.dtype, request.layout, request.offset_bits,
+                                   request.unaligned)
+            rng = np.random.default_rng(request.seed)
+            result = measure_fn(kernel, request.shape, rng, warmup=request.warmup, repeat=request.repeat,
+                                lock=request.lock)
         except Exception as error:  # the context may be poisoned: report, then make way for a fresh child
             connection.send(("error", f"{type(error).__name__}: {error}"))
             return
@@ -61,12 +78,13 @@ class Isolated:
         self._process = None
         self._connection = None
 
-    def __call__(self, kernel, m, n, k, rng, warmup=3, repeat=20, lock=None) -> Measurement:
+    def __call__(self, kernel, shape, rng, warmup=3, repeat=20, lock=None) -> Measurement:
         connection = self._child()
-        seed = int(rng.integers(2**63))
+        trial = _Trial(family=kernel.family, config=kernel.config, dtype=kernel.dtype, layout=kernel.layout,
+                       offset_bits=kernel.offset_bits, unaligned=kernel.unaligned, shape=tuple(shape),
+                       seed=int(rng.integers(2**63)), warmup=warmup, repeat=repeat, lock=lock)
         try:
-            connection.send((kernel.family, kernel.config, kernel.dtype, kernel.layout, kernel.offset_bits,
-                             kernel.unaligned, (m, n, k), seed, warmup, repeat, lock))
+            connection.send(trial)
         except OSError as error:  # it ended before it was given the trial
             self.close()
             raise InfrastructureFailure(f"the measuring process ended before its trial ({error})") from None

@@ -181,7 +181,8 @@ def time_launches(launch: Callable[[], None], warmup: int = 3, repeat: int = 20)
 
 def _timing(samples: list[float], per_sample: int) -> Timing:
     q25, median, q75 = np.percentile(samples, [25, 50, 75])
-    return Timing(float(median), float(q25), float(q75), len(samples), per_sample)
+    return Timing(median_ms=float(median), q25_ms=float(q25), q75_ms=float(q75), samples=len(samples),
+                  launches_per_sample=per_sample)
 
 
 @dataclass(frozen=True)
@@ -193,14 +194,15 @@ class Measurement:
 
 
 def measure(
-    kernel: Kernel, m: int, n: int, k: int, rng: np.random.Generator, warmup: int = 3, repeat: int = 20,
+    kernel: Kernel, shape: tuple[int, int, int], rng: np.random.Generator, warmup: int = 3, repeat: int = 20,
     lock: str | None = None,
 ) -> Measurement:
-    """Compile, then verify and (only if correct) time `kernel` at (M, N, K) on fresh random
+    """Compile, then verify and (only if correct) time `kernel` at `shape` (M, N, K) on fresh random
     inputs stored as its layout says. With `lock` (a file path) only the GPU part holds that lock:
     processes sharing a GPU compile, draw inputs and compare with the reference in parallel but
     never time at once.
     The timing of a kernel that turns out wrong is discarded."""
+    m, n, k = shape
     backend = backends.current()
     started = time.perf_counter()
     kernel.compile()

@@ -10,7 +10,7 @@ for this dtype, ranked in this order (the first that fits wins):
               tiles an SM: the rule's 64x64 tile (autotune.space.guesses.small_k_guess)
   2. measured the candidate that the nearest shapes of a shipped measured table rate best
               (autotune.select.neighbours), where a table of this dtype and architecture ships
-  3. nearest  a row for the tuned shape closest by autotune.store.cache.shape_distance (log2 scale;
+  3. nearest  a row for the tuned shape closest by autotune.store.rows.shape_distance (log2 scale;
               doubling one dimension = 1) within NEAREST_MAX_DISTANCE, if its config loads the GPU
               alike at this shape (autotune.select.model.similar_load: about as many blocks, waves as full)
   4. model    the cheapest config by the cost model fitted on the usable rows (autotune.select.model):
@@ -49,11 +49,13 @@ from autotune.select import neighbours
 from autotune.select.model import predict, similar_load
 from autotune.space.configs import DEFAULT_FAMILY, GpuLimits, default_config, infeasibility
 from autotune.space.guesses import few_rows_guess, small_k_guess
-from autotune.space.precision import allows, of_row
+from autotune.space.precision import allows
 from autotune.space.precision import resolve as resolve_precision
+from autotune.space.problem import Problem
 from autotune.store import records
-from autotune.store.cache import Cache, CacheError, shape_distance, stale
-from autotune.store.records import ANOTHER_ARCHITECTURE, GPU_MATCHES, closest_table, gpu_rank
+from autotune.store.cache import Cache, CacheError
+from autotune.store.records import ANOTHER_ARCHITECTURE, GPU_MATCHES, closest_table, gpu_rank, measured_on
+from autotune.store.rows import Row, shape_distance, stale
 from kernels import DTYPES, LAYOUTS, Config, Kernel
 from kernels.rules import adds_into_c, peeled_rows
 
@@ -85,9 +87,26 @@ class Choice:
     precision: str = "ieee"
 
 
+@dataclass(frozen=True)
+class Candidate:
+    """A row that may serve the problem asked, and how well it fits: the order ranks them."""
+
+    origin: str  # cache | shipped
+    row: Row
+    match: int  # index into GPU_MATCHES
+    served: int  # layout_rank
+    distance: float  # shape_distance to the problem's shape
+    stale: bool
+
+    @property
+    def order(self) -> tuple:
+        return (self.stale, self.distance > 0, self.served, self.match, self.distance, -self.row.gflops,
+                self.origin != "cache")
+
+
 _choices: dict[tuple, Choice] = MEMOS.table("select.choices")
 _kernels: dict[tuple, Kernel] = MEMOS.table("select.kernels")
-_shipped: dict[str, list[dict]] = MEMOS.table("select.shipped")  # the shipped tables, read once
+_shipped: dict[str, list] = MEMOS.table("select.shipped")  # the shipped rows and tables, read once
 
 
 def lookup(m: int, n: int, k: int, dtype: str = "float32", device: Device | None = None, layout: str = "NN",
@@ -98,116 +117,113 @@ def lookup(m: int, n: int, k: int, dtype: str = "float32", device: Device | None
     stricter one (autotune.space.precision; default: its default for the dtype and GPU)."""
     device = device or _this_gpu()
     wanted = resolve_precision(precision, dtype, device.cc)
-    key = (m, n, k, dtype, device, layout, deterministic, wanted)
+    return choose(Problem(device=device.name, dtype=dtype, m=m, n=n, k=k, layout=layout, precision=wanted), device,
+                  deterministic)
+
+
+def choose(problem: Problem, device: Device, deterministic: bool = False) -> Choice:
+    """`lookup` of a problem on `device`, memoized (autotune.memos)."""
+    key = (problem, device, deterministic)
     choice = _choices.get(key)
     if choice is None:
-        found = _find(m, n, k, dtype, device, layout, deterministic, wanted)
-        peel = peeled_rows(m, found.config, layout)
-        rest = lookup(peel, n, k, dtype, device, layout, deterministic, wanted) if peel else None
+        found = _find(problem, device, deterministic)
+        peel = peeled_rows(problem.m, found.config, problem.layout)
+        rest = choose(replace(problem, m=peel), device, deterministic) if peel else None
         choice = _choices[key] = replace(found, peel=peel, rest=rest, precision=kernels.family(found.family).precision)
     return choice
 
 
-def _find(m: int, n: int, k: int, dtype: str, device: Device, layout: str, deterministic: bool,
-          wanted: str) -> Choice:
+def _find(problem: Problem, device: Device, deterministic: bool) -> Choice:
+    (m, n, k), dtype, layout, wanted = problem.shape, problem.dtype, problem.layout, problem.precision
     if dtype not in DTYPES:
         raise OperandError(f"unsupported dtype {dtype}; supported: {', '.join(DTYPES)}")
     if layout not in LAYOUTS:
         raise OperandError(f"unknown layout {layout}; known: {', '.join(LAYOUTS)}")
     if dtype not in _shipped:
         _shipped[dtype] = records.shipped_rows(dtype=dtype)
-    candidates = [("cache", row) for row in _cached_rows(dtype)] + [("shipped", row) for row in _shipped[dtype]]
     hashes = kernels.source_hashes()
     ranked, usable = [], []
-    for origin, row in candidates:
-        match, served = gpu_match(row, device), layout_rank(row, layout)
-        if (match is None or served is None or (deterministic and adds_into_c(row["params"]))
-                or not allows(wanted, of_row(row))):
-            continue
-        if not _usable(row, dtype):
-            continue
-        is_stale = stale(row, hashes)
-        usable.append((is_stale, row))
-        distance = shape_distance((m, n, k), (row["m"], row["n"], row["k"]))
-        if distance <= NEAREST_MAX_DISTANCE:
-            order = (is_stale, distance > 0, served, match, distance, -row["gflops"], origin != "cache")
-            ranked.append((order, origin, row, match, distance, is_stale))
-    best = min(ranked, key=lambda entry: entry[0]) if ranked else None
-    if best is None or best[4] > 0:
+    for origin, rows in (("cache", _cached_rows(dtype)), ("shipped", _shipped[dtype])):
+        for row in rows:
+            match, served = gpu_rank(measured_on(row), device), layout_rank(row, layout)
+            if (match is None or served is None or (deterministic and adds_into_c(row.params))
+                    or not allows(wanted, row.precision) or not _usable(row, dtype)):
+                continue
+            candidate = Candidate(origin=origin, row=row, match=match, served=served,
+                                  distance=shape_distance(problem.shape, row.shape), stale=stale(row, hashes))
+            usable.append(candidate)
+            if candidate.distance <= NEAREST_MAX_DISTANCE:
+                ranked.append(candidate)
+    best = min(ranked, key=lambda c: c.order) if ranked else None
+    if best is None or best.distance > 0:
         limits = GpuLimits.for_cc(device.cc)
-        few = few_rows_guess(m, n, k, dtype, limits, device.sm_count, deterministic, layout)
+        few = few_rows_guess((m, n, k), dtype, limits, device.sm_count, deterministic, layout)
         if few is not None:
             entry = kernels.family(few.family)  # a family's own rule (Family.few_rows_config), or the tile rule
             tile = f"{entry.summary or 'its own tile'} ({few.family})" if entry.few_rows_config else "the 16-row tile"
             return Choice(few.family, few.params, "few-rows", device.name,
                           basis=f"{m} rows: {tile}, K split {few.params.get('splits', 1)} ways")
-        short = small_k_guess(m, n, k, dtype, limits, device.sm_count)
+        short = small_k_guess((m, n, k), dtype, limits, device.sm_count)
         if short is not None:
             return Choice(short.family, short.params, "small-k", device.name,
                           basis=f"K = {k}: the 64x64 tile, BK {short.params['bk']}")
-        measured = _measured(m, n, k, dtype, device, deterministic, wanted)
+        measured = _measured(problem, device, deterministic)
         if measured is not None:
             return measured
-    if best is None or (best[4] > 0 and not similar_load(best[2], m, n, k, device)):
-        fresh = [row for is_stale, row in usable if not is_stale] or [row for _, row in usable]
-        prediction = predict(m, n, k, dtype, device, fresh, deterministic)
+    if best is None or (best.distance > 0 and not similar_load(best.row, problem.shape, device)):
+        fresh = [c.row for c in usable if not c.stale] or [c.row for c in usable]
+        prediction = predict(problem.shape, dtype, device, fresh, deterministic)
         if prediction is not None:
             return Choice(prediction.family, prediction.config, "model", device.name, basis=prediction.basis)
     if best is None:
-        return (_measured(m, n, k, dtype, device, deterministic, wanted, other_architectures=True)
+        return (_measured(problem, device, deterministic, other_architectures=True)
                 or Choice(DEFAULT_FAMILY, default_config(DEFAULT_FAMILY), "default", device.name))
-    _, origin, row, match, distance, is_stale = best
-    if is_stale:
+    row = best.row
+    if best.stale:
         warnings.warn(
-            f"mmtune: using a {row['family']} config for {row['m']}x{row['n']}x{row['k']} measured on older kernel "
-            f"code ({origin}); `mmtune tune --m {m} --n {n} --k {k}` re-times it", stacklevel=3,
+            f"mmtune: using a {row.family} config for {row.m}x{row.n}x{row.k} measured on older kernel "
+            f"code ({best.origin}); `mmtune tune --m {m} --n {n} --k {k}` re-times it", stacklevel=4,
         )
     return Choice(
-        row["family"], row["params"], "exact" if distance == 0 else "nearest", device.name,
-        (row["m"], row["n"], row["k"]), distance, row["gflops"], origin, row["device"], GPU_MATCHES[match], is_stale,
-        row.get("layout") or "NN",
+        row.family, row.params, "exact" if best.distance == 0 else "nearest", device.name, tuned_shape=row.shape,
+        distance=best.distance, gflops=row.gflops, origin=best.origin, measured_on=row.device,
+        gpu_match=GPU_MATCHES[best.match], stale=best.stale, tuned_layout=row.layout,
     )
 
 
-def _measured(m: int, n: int, k: int, dtype: str, device: Device, deterministic: bool, wanted: str,
+def _measured(problem: Problem, device: Device, deterministic: bool,
               other_architectures: bool = False) -> Choice | None:
     """The measured table's pick (autotune.select.neighbours) from the table of the GPU closest to this
     one (records.closest_table), or None where no table of this dtype and architecture ships.
     With `other_architectures` (when nothing of this architecture can serve the shape), also the
     table of the nearest other architecture, its picks limited to the instructions this GPU has
     (autotune.space.configs.arch_infeasibility): the register default is the slowest config there is. Only
-    candidates whose family computes as `wanted` allows (autotune.space.precision.allows)."""
+    candidates whose family computes as the problem's precision allows (autotune.space.precision.allows)."""
     if "measured" not in _shipped:
         _shipped["measured"] = records.measured_tables()
-    found = closest_table(_shipped["measured"], dtype, device.name, device.cc, device.sm_count)
+    found = closest_table(_shipped["measured"], problem.dtype, device)
     if found is None or not device.sm_count or (found[0] == ANOTHER_ARCHITECTURE and not other_architectures):
         return None
     match, table = found
     limits = GpuLimits.for_cc(device.cc)
 
     def feasible(family: str, params: dict) -> bool:
-        return (allows(wanted, kernels.family(family).precision)
-                and infeasibility(family, params, dtype, limits) is None)
+        return (allows(problem.precision, kernels.family(family).precision)
+                and infeasibility(family, params, problem.dtype, limits) is None)
 
-    pick = neighbours.choose(table, m, n, k, device.sm_count, deterministic, feasible=feasible)
+    pick = neighbours.choose(table, problem.shape, device.sm_count, deterministic, feasible=feasible)
     if pick is None:
         return None
     return Choice(pick.family, pick.config, "measured", device.name, measured_on=table["device"],
                   gpu_match=GPU_MATCHES[match], basis=pick.basis)
 
 
-def layout_rank(row: dict, layout: str) -> int | None:
+def layout_rank(row: Row, layout: str) -> int | None:
     """0 for a row tuned for `layout`, 1 for an NN row serving another layout (the transfer rule:
     a config tuned for NN is built for the layout asked), None for a row of another layout."""
-    tuned = row.get("layout") or "NN"
-    if tuned == layout:
+    if row.layout == layout:
         return 0
-    return 1 if tuned == "NN" else None
-
-
-def gpu_match(row: dict, device: Device) -> int | None:
-    """How closely the GPU `row` was measured on matches `device` (records.gpu_rank)."""
-    return gpu_rank(row, device.name, device.cc, device.sm_count)
+    return 1 if row.layout == "NN" else None
 
 
 @MEMOS.function
@@ -220,11 +236,11 @@ def _device() -> str:
     return _this_gpu().name
 
 
-def _cached_rows(dtype: str) -> list[dict]:
+def _cached_rows(dtype: str) -> list[Row]:
     try:
         cache = Cache()
     except CacheError as error:
-        warnings.warn(f"mmtune: ignoring the cache: {error}", stacklevel=3)
+        warnings.warn(f"mmtune: ignoring the cache: {error}", stacklevel=4)
         return []
     try:
         return cache.rows(dtype=dtype)
@@ -232,14 +248,14 @@ def _cached_rows(dtype: str) -> list[dict]:
         cache.close()
 
 
-def _usable(row: dict, dtype: str) -> bool:
+def _usable(row: Row, dtype: str) -> bool:
     """A row whose family or params no longer fit the code (after an upgrade) is skipped."""
     try:
-        reason = infeasibility(row["family"], row["params"], dtype, GpuLimits.for_cc(row.get("cc")))
+        reason = infeasibility(row.family, row.params, dtype, GpuLimits.for_cc(row.cc))
     except ValueError as error:  # unknown family
         reason = str(error)
     if reason:
-        warnings.warn(f"mmtune: skipping cached {row['family']} config for {row['m']}x{row['n']}x{row['k']}: {reason}")
+        warnings.warn(f"mmtune: skipping cached {row.family} config for {row.m}x{row.n}x{row.k}: {reason}")
     return reason is None
 
 

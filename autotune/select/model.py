@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import kernels
 from autotune.memos import MEMOS
 from autotune.space.configs import GpuLimits, infeasibility
+from autotune.store.rows import Row
+from kernels import Config
 from kernels.base import DeviceLimits, Schedules, itemsize
 
 SPLITS = (1, 2, 4, 8, 16, 32)
@@ -116,27 +118,37 @@ def tile_key(family: str, params: dict) -> tuple:
     return (schedules.whole if schedules else family, tuple(sorted(Schedules.tile_of(params).items())))
 
 
+@dataclass(frozen=True)
+class Priced:
+    """A config the model may pick: a tuned tile (whole, or with K split), its step cost and the
+    fastest row of its tile, which the cost's sharing comes from."""
+
+    config: Config
+    tau: float
+    row: Row
+
+
 class Model:
     """The cost model of one set of rows (one architecture) for GPUs of `sm_count` SMs."""
 
-    def __init__(self, rows: list[dict], sm_count: int, cc: str):
+    def __init__(self, rows: list[Row], sm_count: int, cc: str):
         # a stream-K row's blocks do not run in waves, which is what the model prices
-        self.rows = [r for r in rows if (r.get("median_ms") or 0) > 0 and priced(r["family"])]
+        self.rows = [r for r in rows if (r.median_ms or 0) > 0 and priced(r.family)]
         self.sm_count, self.cc = sm_count, cc
         self.overhead = self._fit_overhead()
         self.taus = self._taus(self.overhead)
 
-    def _tau(self, row: dict, overhead: int) -> float:
-        m, n, k, dtype = row["m"], row["n"], row["k"], row["dtype"]
-        g = geometry(row["family"], row["params"], dtype, self.cc)
-        work = max(row["median_ms"] - split_ms(m, n, g.splits, dtype), 1e-6)
-        return work / (g.waves(m, n, self.sm_count) * (g.steps(k) + overhead) * g.sharing(m, n, self.sm_count))
+    def _tau(self, row: Row, overhead: int) -> float:
+        g = geometry(row.family, row.params, row.dtype, self.cc)
+        work = max(row.median_ms - split_ms(row.m, row.n, g.splits, row.dtype), 1e-6)
+        return work / (g.waves(row.m, row.n, self.sm_count) * (g.steps(row.k) + overhead)
+                       * g.sharing(row.m, row.n, self.sm_count))
 
-    def _taus(self, overhead: int) -> dict[tuple, list[tuple[float, dict]]]:
+    def _taus(self, overhead: int) -> dict[tuple, list[tuple[float, Row]]]:
         """Each tile's per-step costs, one from each of its rows."""
-        taus: dict[tuple, list[tuple[float, dict]]] = {}
+        taus: dict[tuple, list[tuple[float, Row]]] = {}
         for row in self.rows:
-            taus.setdefault(tile_key(row["family"], row["params"]), []).append((self._tau(row, overhead), row))
+            taus.setdefault(tile_key(row.family, row.params), []).append((self._tau(row, overhead), row))
         return taus
 
     def _fit_overhead(self) -> int:
@@ -145,77 +157,73 @@ class Model:
         for overhead in OVERHEADS:
             taus, errors = self._taus(overhead), []
             for row in self.rows:
-                others = [(t, r) for t, r in taus[tile_key(row["family"], row["params"])] if r is not row]
+                others = [(t, r) for t, r in taus[tile_key(row.family, row.params)] if r is not row]
                 if others:
                     tau, source = _median_entry(others)
-                    predicted = self.cost(row["family"], row["params"], row["m"], row["n"], row["k"], row["dtype"],
-                                          tau, self._sharing(source), overhead)
-                    errors.append(abs(math.log(predicted / row["median_ms"])))
+                    predicted = self.cost(Priced(row.config, tau, source), row.dtype, row.shape, overhead)
+                    errors.append(abs(math.log(predicted / row.median_ms)))
             if errors and statistics.fmean(errors) < best_error:
                 best, best_error = overhead, statistics.fmean(errors)
         return best
 
-    def cost(self, family: str, params: dict, m: int, n: int, k: int, dtype: str, tau: float, sharing: int,
-             overhead: int | None = None) -> float:
-        """Predicted ms at (M, N, K) of a tile whose step cost `tau` with `sharing` blocks per SM."""
-        g = geometry(family, params, dtype, self.cc)
+    def cost(self, candidate: Priced, dtype: str, shape: tuple[int, int, int], overhead: int | None = None) -> float:
+        """Predicted ms of `candidate` at `shape`: its step cost, shared by as many blocks per SM as
+        there or as at its row's shape, whichever is more."""
+        m, n, k = shape
+        g = geometry(candidate.config.family, candidate.config.params, dtype, self.cc)
         overhead = self.overhead if overhead is None else overhead
-        step = tau * max(g.sharing(m, n, self.sm_count), sharing)
+        step = candidate.tau * max(g.sharing(m, n, self.sm_count), self._sharing(candidate.row))
         return g.waves(m, n, self.sm_count) * (g.steps(k) + overhead) * step + split_ms(m, n, g.splits, dtype)
 
     def candidates(self, dtype: str, deterministic: bool):
-        """(family, params, tau, the fastest row of its tile): each tuned tile, those whose
-        schedules split K (Family.schedules: vector tiles, the tensor cores') with every K-split
-        too (none when `deterministic`)."""
+        """Each tuned tile, those whose schedules split K (Family.schedules: vector tiles, the
+        tensor cores') with every K-split too (none when `deterministic`), as Priced records."""
         limits = GpuLimits.for_cc(self.cc)
         for key in sorted(self.taus, key=repr):
             tau, row = _median_entry(self.taus[key])
-            schedules = kernels.family(row["family"]).schedules
+            schedules = kernels.family(row.family).schedules
             if schedules and schedules.split:
-                tile = Schedules.tile_of(row["params"])
+                tile = Schedules.tile_of(row.params)
                 options = [schedules.config(tile, s) for s in SPLITS]
             else:
-                options = [(row["family"], dict(row["params"]))]
+                options = [(row.family, dict(row.params))]
             for family, params in options:
                 if deterministic and params.get("splits", 1) > 1:
                     continue
                 if infeasibility(family, params, dtype, limits) is None:
-                    yield family, params, tau, row
+                    yield Priced(Config.of(family, params), tau, row)
 
-    def _sharing(self, row: dict) -> int:
-        return geometry(row["family"], row["params"], row["dtype"], self.cc).sharing(row["m"], row["n"], self.sm_count)
+    def _sharing(self, row: Row) -> int:
+        return geometry(row.family, row.params, row.dtype, self.cc).sharing(row.m, row.n, self.sm_count)
 
-    def predict(self, m: int, n: int, k: int, dtype: str, deterministic: bool = False) -> Prediction | None:
-        best = None
-        for family, params, tau, row in self.candidates(dtype, deterministic):
-            ms = self.cost(family, params, m, n, k, dtype, tau, self._sharing(row))
-            if best is None or ms < best[0]:
-                best = (ms, family, params, row)
-        if best is None:
+    def predict(self, shape: tuple[int, int, int], dtype: str, deterministic: bool = False) -> Prediction | None:
+        priced = [(self.cost(c, dtype, shape), c) for c in self.candidates(dtype, deterministic)]
+        if not priced:
             return None
-        ms, family, params, row = best
+        ms, best = min(priced, key=lambda entry: entry[0])
+        m, n, k = shape
+        family, params, row = best.config.family, best.config.params, best.row
         g = geometry(family, params, dtype, self.cc)
         split = f", K split {g.splits} ways" if g.splits > 1 else ""
-        basis = (f"cost model: the tile tuned for {row['m']}x{row['n']}x{row['k']}{split}: {g.blocks(m, n)} blocks "
+        basis = (f"cost model: the tile tuned for {row.m}x{row.n}x{row.k}{split}: {g.blocks(m, n)} blocks "
                  f"in {g.waves(m, n, self.sm_count)} waves of {self.sm_count}x{g.resident}, {g.steps(k)} k-steps "
                  f"each, predicted {ms:.3f} ms")
         return Prediction(family, params, ms, basis)
 
 
-def _median_entry(entries: list[tuple[float, dict]]) -> tuple[float, dict]:
+def _median_entry(entries: list[tuple[float, Row]]) -> tuple[float, Row]:
     """The (tau, row) of the median tau (the lower middle one of an even count)."""
-    ordered = sorted(entries, key=lambda entry: (entry[0], entry[1]["m"], entry[1]["n"], entry[1]["k"]))
+    ordered = sorted(entries, key=lambda entry: (entry[0], entry[1].shape))
     return ordered[(len(ordered) - 1) // 2]
 
 
 _models: dict[tuple, Model] = MEMOS.table("select.models")
 
 
-def model_for(rows: list[dict], sm_count: int, cc: str) -> Model:
+def model_for(rows: list[Row], sm_count: int, cc: str) -> Model:
     """The model of these rows, fitted once per process (lookups of many shapes share it)."""
     key = (sm_count, cc, tuple(sorted(
-        (r["m"], r["n"], r["k"], r["dtype"], r["family"], repr(sorted(r["params"].items())), r.get("median_ms") or 0.0)
-        for r in rows
+        (r.m, r.n, r.k, r.dtype, r.family, repr(sorted(r.params.items())), r.median_ms or 0.0) for r in rows
     )))
     found = _models.get(key)
     if found is None:
@@ -223,40 +231,42 @@ def model_for(rows: list[dict], sm_count: int, cc: str) -> Model:
     return found
 
 
-def predict(m: int, n: int, k: int, dtype: str, device, rows: list[dict], deterministic: bool = False) -> Prediction | None:
-    """The cheapest candidate for (M, N, K) on `device` (a backends.Device: its SM count and compute
+def predict(shape: tuple[int, int, int], dtype: str, device, rows: list[Row],
+            deterministic: bool = False) -> Prediction | None:
+    """The cheapest candidate for `shape` on `device` (a backends.Device: its SM count and compute
     capability) by the model of `rows`, tuned rows usable on `device`; None without rows or SMs."""
-    rows = [r for r in rows if r["dtype"] == dtype]
+    rows = [r for r in rows if r.dtype == dtype]
     if not rows or not device.sm_count:
         return None
-    return model_for(rows, device.sm_count, device.cc).predict(m, n, k, dtype, deterministic)
+    return model_for(rows, device.sm_count, device.cc).predict(shape, dtype, deterministic)
 
 
-def similar_load(row: dict, m: int, n: int, k: int, device) -> bool:
-    """Whether `row`'s config loads `device` at (M, N, K) about as it did at its own shape: within
+def similar_load(row: Row, shape: tuple[int, int, int], device) -> bool:
+    """Whether `row`'s config loads `device` at `shape` about as it did at its own shape: within
     LOAD_FACTOR as many blocks, and waves at least WAVE_EFFICIENCY as full."""
     if not device.sm_count:
         return True
-    if kernels.family(row["family"]).footprint is None:
+    if kernels.family(row.family).footprint is None:
         return False  # a load the model cannot tell: let it price the shape instead
-    g = geometry(row["family"], row["params"], row["dtype"], device.cc)
-    ratio = g.blocks(m, n) / g.blocks(row["m"], row["n"])
+    m, n, _ = shape
+    g = geometry(row.family, row.params, row.dtype, device.cc)
+    ratio = g.blocks(m, n) / g.blocks(row.m, row.n)
     sms = device.sm_count
     return (1 / LOAD_FACTOR <= ratio <= LOAD_FACTOR
-            and g.efficiency(m, n, sms) >= WAVE_EFFICIENCY * g.efficiency(row["m"], row["n"], sms))
+            and g.efficiency(m, n, sms) >= WAVE_EFFICIENCY * g.efficiency(row.m, row.n, sms))
 
 
-def leave_one_out(rows: list[dict], device) -> list[dict]:
-    """For each row: the config the model predicts for its shape from the rows of other shapes."""
+def leave_one_out(rows: list[Row], device) -> list[dict]:
+    """For each row: the config the model predicts for its shape from the rows of other shapes
+    (a report for studies/loo.py)."""
     found = []
     for row in rows:
-        shape = (row["m"], row["n"], row["k"])
-        others = [r for r in rows if (r["m"], r["n"], r["k"]) != shape]
-        prediction = predict(*shape, row["dtype"], device, others)
+        others = [r for r in rows if r.shape != row.shape]
+        prediction = predict(row.shape, row.dtype, device, others)
         found.append({
-            "m": shape[0], "n": shape[1], "k": shape[2], "dtype": row["dtype"],
-            "tuned_family": row["family"], "tuned_params": row["params"], "tuned_gflops": row["gflops"],
-            "tuned_ms": row["median_ms"],
+            "m": row.m, "n": row.n, "k": row.k, "dtype": row.dtype,
+            "tuned_family": row.family, "tuned_params": row.params, "tuned_gflops": row.gflops,
+            "tuned_ms": row.median_ms,
             "predicted_family": prediction and prediction.family, "predicted_params": prediction and prediction.config,
             "predicted_ms": prediction and prediction.predicted_ms, "basis": prediction and prediction.basis,
         })

@@ -8,7 +8,8 @@ and a policy: at a shape, the tile is fitted to it (autotune.space.guesses.fit_t
 the product's shrinks) and K is split as the policy's wave arithmetic says there
 (autotune.space.guesses.SPLIT_POLICIES), which may be not at all, or (policy "stream") all the tiles'
 k-steps are shared out among STREAM_WORKERS blocks per SM (kernels.streamk). For a shape asked,
-its NEIGHBOURS nearest training shapes (autotune.store.cache.shape_distance) vote: a candidate scores the mean, weighted by 1 / (1 + distance), of the log of its speed over
+its NEIGHBOURS nearest training shapes (autotune.store.rows.shape_distance) vote: a candidate scores
+the mean, weighted by 1 / (1 + distance), of the log of its speed over
 the best speed at each neighbour, and the best score wins, fitted and split for the shape asked.
 Measured speeds transfer better than a tuned row's lone config or the cost model's prices
 (`leave_one_out` measures it on the table itself; docs/performance.md, steps 23 and 24).
@@ -21,7 +22,7 @@ import math
 from dataclasses import dataclass
 
 from autotune.space.guesses import SPLIT_POLICIES, STREAM_WORKERS, TILE_SCHEDULES, fit_tile, policy_splits
-from autotune.store.cache import shape_distance
+from autotune.store.rows import shape_distance
 from kernels.rules import adds_into_c
 
 NEIGHBOURS = 8
@@ -44,39 +45,40 @@ def candidate_name(tile_index: int, policy: str) -> str:
     return f"{tile_index}:{policy}"
 
 
-def config_for(tile: dict, policy: str, m: int, n: int, k: int, sm_count: int) -> tuple[str, dict]:
-    """The (family, params) of a candidate at (M, N, K): its tile (the shape rules' family's,
+def config_for(tile: dict, policy: str, shape: tuple[int, int, int], sm_count: int) -> tuple[str, dict]:
+    """The (family, params) of a candidate at `shape` (M, N, K): its tile (the shape rules' family's,
     autotune.space.guesses.TILE_SCHEDULES) fitted to the shape, K split as its policy asks there,
     which may be not at all, or streamed."""
+    m, n, k = shape
     fitted = fit_tile(tile, m, n, k)
     if policy == STREAM:
         return TILE_SCHEDULES.config(fitted, workers_per_sm=STREAM_WORKERS)
-    return TILE_SCHEDULES.config(fitted, policy_splits(policy, m, n, k, fitted, sm_count))
+    return TILE_SCHEDULES.config(fitted, policy_splits(policy, shape, fitted, sm_count))
 
 
-def choose(table: dict, m: int, n: int, k: int, sm_count: int, deterministic: bool = False,
+def choose(table: dict, shape: tuple[int, int, int], sm_count: int, deterministic: bool = False,
            feasible=lambda family, params: True) -> Pick | None:
-    """The candidate of `table` its NEIGHBOURS nearest shapes rate best for (M, N, K); with
+    """The candidate of `table` its NEIGHBOURS nearest shapes rate best for `shape`; with
     `deterministic`, only candidates that leave K whole there and do not stream. None for an empty
     table."""
-    found = ranked(table, m, n, k, sm_count, deterministic, feasible, count=1)
+    found = ranked(table, shape, sm_count, deterministic, feasible, count=1)
     return found[0] if found else None
 
 
-def ranked(table: dict, m: int, n: int, k: int, sm_count: int, deterministic: bool = False,
+def ranked(table: dict, shape: tuple[int, int, int], sm_count: int, deterministic: bool = False,
            feasible=lambda family, params: True, count: int | None = None) -> list[Pick]:
-    """The candidates as `choose` rates them for (M, N, K), best first, each config once; `count`
+    """The candidates as `choose` rates them for `shape`, best first, each config once; `count`
     of them at most."""
     shapes = table["shapes"]
     if not shapes:
         return []
-    near = sorted(shapes, key=lambda s: (shape_distance((m, n, k), (s["m"], s["n"], s["k"])), s["m"], s["n"], s["k"]))
+    near = sorted(shapes, key=lambda s: (shape_distance(shape, (s["m"], s["n"], s["k"])), s["m"], s["n"], s["k"]))
     near = near[:NEIGHBOURS]
-    weights = [1 / (1 + shape_distance((m, n, k), (s["m"], s["n"], s["k"]))) for s in near]
+    weights = [1 / (1 + shape_distance(shape, (s["m"], s["n"], s["k"]))) for s in near]
     scored = []
     for name in sorted({name for s in near for name in s["gflops"]}):
         index, policy = name.split(":")
-        family, params = config_for(table["tiles"][int(index)], policy, m, n, k, sm_count)
+        family, params = config_for(table["tiles"][int(index)], policy, shape, sm_count)
         if (deterministic and adds_into_c(params)) or not feasible(family, params):
             continue
         score = sum(w * math.log(_speed(s, name) / max(s["gflops"].values())) for w, s in zip(weights, near))
@@ -112,7 +114,7 @@ def leave_one_out(table: dict, sm_count: int) -> list[dict]:
     found = []
     for index, shape in enumerate(table["shapes"]):
         others = {**table, "shapes": table["shapes"][:index] + table["shapes"][index + 1:]}
-        pick = choose(others, shape["m"], shape["n"], shape["k"], sm_count)
+        pick = choose(others, (shape["m"], shape["n"], shape["k"]), sm_count)
         speed = _speed(shape, pick.name)
         best = max(shape["gflops"].values())
         found.append({"m": shape["m"], "n": shape["n"], "k": shape["k"], "pick": pick.name, "of_best": speed / best,

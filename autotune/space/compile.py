@@ -36,8 +36,10 @@ def compile_check(
         try:
             resources = compile_report(kernel, cc)
         except Exception as error:  # any compiler failure is this config's verdict, not ours
-            results.append(CompileCheck(family, config, dtype, None, f"{type(error).__name__}: {error}"))
+            results.append(CompileCheck(family=family, config=config, dtype=dtype, resources=None,
+                                        error=f"{type(error).__name__}: {error}"))
             continue
         problem = resources.problem(kernel.threads, limits)
-        results.append(CompileCheck(family, config, dtype, resources.as_dict(), problem))
+        results.append(CompileCheck(family=family, config=config, dtype=dtype, resources=resources.as_dict(),
+                                    error=problem))
     return results

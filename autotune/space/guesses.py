@@ -58,7 +58,7 @@ def fit_tile(tile: dict, m: int, n: int, k: int) -> dict:
     return fitted
 
 
-def shape_guesses(m: int, n: int, k: int, dtype: str, limits: DeviceLimits, sm_count: int,
+def shape_guesses(shape: tuple[int, int, int], dtype: str, limits: DeviceLimits, sm_count: int,
                   cc: str | None = None) -> list[Config]:
     """Configs a rule picks for a shape that big square tiles would leave the GPU idle on:
     - skinny (M or N <= SKINNY): SKINNY_TILE fitted to the shape (fit_tile), so the short side is
@@ -69,20 +69,21 @@ def shape_guesses(m: int, n: int, k: int, dtype: str, limits: DeviceLimits, sm_c
     The families' own first tiles for the dtype on a GPU of compute capability `cc` come first,
     whole and split for two waves (first_tile_guesses): float64 and float32 on GPUs with fast
     tensor cores get their tensor-core tile."""
-    guesses = first_tile_guesses(m, n, k, dtype, limits, sm_count, cc)
+    m, n, k = shape
+    guesses = first_tile_guesses(shape, dtype, limits, sm_count, cc)
     tiles = []
     if min(m, n) <= SKINNY:
         tiles.append(fit_tile(SKINNY_TILE, m, n, k))
     elif -(-m // 128) * -(-n // 128) < sm_count:
         tiles.append(FEW_TILE)
     for tile in tiles:
-        splits = wave_splits(m, n, k, tile, sm_count)
+        splits = wave_splits(shape, tile, sm_count)
         guesses += [_deepest(TILE_SCHEDULES.config({**PIPELINE, **tile}, splits), dtype, limits),
                     _deepest(TILE_SCHEDULES.config({**PIPELINE, **tile}), dtype, limits)]
     return list(dict.fromkeys(c for c in guesses if c is not None))
 
 
-def first_tile_guesses(m: int, n: int, k: int, dtype: str, limits: DeviceLimits, sm_count: int,
+def first_tile_guesses(shape: tuple[int, int, int], dtype: str, limits: DeviceLimits, sm_count: int,
                        cc: str | None) -> list[Config]:
     """Each family's first tile for `dtype` on a GPU of compute capability `cc` (Family.first_tile:
     the tensor-core families' on GPUs whose tensor cores are fast), whole and with K split for two
@@ -93,7 +94,7 @@ def first_tile_guesses(m: int, n: int, k: int, dtype: str, limits: DeviceLimits,
         if tile is None:
             continue
         schedules = entry.schedules
-        splits = wave_splits(m, n, k, tile, sm_count) if schedules and schedules.split else 1
+        splits = wave_splits(shape, tile, sm_count) if schedules and schedules.split else 1
         configs += [Config.of(*schedules.config(tile, s)) if schedules else Config.of(entry.name, tile)
                     for s in dict.fromkeys((splits, 1))]
     return [c for c in configs if infeasibility(c.family, c.params, dtype, limits) is None]
@@ -116,10 +117,11 @@ MAX_SPLITS = 128
 SPLIT_POLICIES = {"whole": None, "split": (SPLIT_WAVES, MIN_SPLIT_STEPS), "deep": (8, 2)}
 
 
-def wave_splits(m: int, n: int, k: int, tile: dict, sm_count: int, waves: int = SPLIT_WAVES,
+def wave_splits(shape: tuple[int, int, int], tile: dict, sm_count: int, waves: int = SPLIT_WAVES,
                 min_steps: int = MIN_SPLIT_STEPS) -> int:
-    """How many ways to split K for a BM x BN tile: the fewest (a power of 2) giving `waves`
-    waves of blocks over `sm_count` SMs, as long as each split keeps `min_steps` k-steps."""
+    """How many ways to split K for a BM x BN tile at `shape` (M, N, K): the fewest (a power of 2)
+    giving `waves` waves of blocks over `sm_count` SMs, as long as each split keeps `min_steps` k-steps."""
+    m, n, k = shape
     blocks = -(-m // tile["bm"]) * -(-n // tile["bn"])
     splits = 1
     while blocks * splits < waves * sm_count and k >= 2 * splits * min_steps * tile["bk"] and splits < MAX_SPLITS:
@@ -138,17 +140,18 @@ FEW_ROWS_TILE = {"bm": 16, "bn": 128, "bk": 16, "tm": 4, "tn": 8, "pad": 4, "sta
 FEW_ROWS_WAVES, FEW_ROWS_STEPS = 3, 2
 
 
-def few_rows_guess(m: int, n: int, k: int, dtype: str, limits: DeviceLimits, sm_count: int,
+def few_rows_guess(shape: tuple[int, int, int], dtype: str, limits: DeviceLimits, sm_count: int,
                    deterministic: bool = False, layout: str = "NN") -> Config | None:
     """The rule's config for a product of M < MIN_FIT_SIDE rows in `layout`: the first family's
     own (Family.few_rows_config: kernels.gemv's for float32 products of a few rows), else
     FEW_ROWS_TILE, with K split by the rule (not split where `deterministic`); None for other
     shapes or where it cannot run."""
+    m, n, k = shape
     if m >= MIN_FIT_SIDE or not sm_count:
         return None
-    config = _family_few_rows(Product(m, n, k, dtype, layout), sm_count, deterministic)
+    config = _family_few_rows(Product(m=m, n=n, k=k, dtype=dtype, layout=layout), sm_count, deterministic)
     if config is None:
-        splits = 1 if deterministic else wave_splits(m, n, k, FEW_ROWS_TILE, sm_count, FEW_ROWS_WAVES, FEW_ROWS_STEPS)
+        splits = 1 if deterministic else wave_splits(shape, FEW_ROWS_TILE, sm_count, FEW_ROWS_WAVES, FEW_ROWS_STEPS)
         config = Config.of(*TILE_SCHEDULES.config(FEW_ROWS_TILE, splits))
     return config if infeasibility(config.family, config.params, dtype, limits) is None else None
 
@@ -180,11 +183,12 @@ SMALL_K_TILE = {"bm": 64, "bn": 64, "tm": 8, "tn": 4, "pad": 4, "stages": 1, "un
 SMALL_K_STEPS = (16, 8)
 
 
-def small_k_guess(m: int, n: int, k: int, dtype: str, limits: DeviceLimits, sm_count: int) -> Config | None:
+def small_k_guess(shape: tuple[int, int, int], dtype: str, limits: DeviceLimits, sm_count: int) -> Config | None:
     """The rule's config for a float32 product of K <= SMALL_K whose sides are both wider than
     SKINNY and whose C fits SMALL_K_TILES_PER_SM tiles an SM: SMALL_K_TILE with the BK of
     SMALL_K_STEPS that leaves the fewest zeros in the last k-step (the first on a tie); None for
     other products, an unknown SM count, or where it cannot run."""
+    m, n, k = shape
     tiles = -(-m // SMALL_K_TILE["bm"]) * -(-n // SMALL_K_TILE["bn"])
     if dtype != "float32" or k > SMALL_K or min(m, n) <= SKINNY or tiles > SMALL_K_TILES_PER_SM * sm_count:
         return None
@@ -210,10 +214,10 @@ def stream_twin(config: Config) -> Config | None:
     return Config.of(*schedules.config(schedules.tile_of(config.params), workers_per_sm=STREAM_WORKERS))
 
 
-def policy_splits(policy: str, m: int, n: int, k: int, tile: dict, sm_count: int) -> int:
-    """The K-splits SPLIT_POLICIES[policy] gives a tile at (M, N, K)."""
+def policy_splits(policy: str, shape: tuple[int, int, int], tile: dict, sm_count: int) -> int:
+    """The K-splits SPLIT_POLICIES[policy] gives a tile at `shape` (M, N, K)."""
     rule = SPLIT_POLICIES[policy]
-    return 1 if rule is None else wave_splits(m, n, k, tile, sm_count, *rule)
+    return 1 if rule is None else wave_splits(shape, tile, sm_count, *rule)
 
 
 #: the pipelines the shape rule tries, deepest first: cp.async stages, then (on GPUs without

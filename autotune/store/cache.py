@@ -14,7 +14,6 @@ Whether a row could be a measurement at all is autotune.store.records' question 
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import sqlite3
@@ -27,22 +26,12 @@ from urllib.parse import quote
 import sqlite_utils
 
 from autotune.errors import CacheError, RecordsError, advice
-from autotune.space.precision import PRECISIONS, UNRECORDED, of_row
+from autotune.space.precision import UNRECORDED
+from autotune.space.problem import Problem
 from autotune.store.paths import cache_file as default_path
-from kernels import DTYPE_NAMES
-from kernels.rules import LAYOUTS
+from autotune.store.rows import COLUMNS, DEFAULT_LAYOUT, KEY, REQUIRED, Row, nearest_rows, replaces
 
 TABLE = "best"
-KEY = ("device", "dtype", "m", "n", "k", "layout", "precision")
-COLUMNS = {
-    "device": str, "dtype": str, "m": int, "n": int, "k": int,
-    "family": str, "params": str, "gflops": float, "median_ms": float, "spread": float,
-    "trials": int, "cc": str, "driver": str, "numba": str, "numba_cuda": str,
-    "source_hash": str, "created": str, "study": str, "sm_count": int, "layout": str, "precision": str,
-}
-REQUIRED = ("device", "dtype", "m", "n", "k", "family", "params", "gflops")
-#: rows written before layouts existed, and records files without the field, are NN
-DEFAULT_LAYOUT = "NN"
 #: columns that join the key of a cache written by an older mmtune, with what its rows hold there
 #: (a row's precision: what its family computes, autotune.space.precision.of_row)
 ADDED_KEYS = {"layout": DEFAULT_LAYOUT, "precision": "ieee"}
@@ -53,13 +42,6 @@ DAMAGED = "; `mmtune cache check` says more, `mmtune cache reset` sets the file 
 APPLICATION_ID = 0x6D6D746E
 #: PRAGMA user_version of a cache whose table has COLUMNS keyed by KEY
 SCHEMA_VERSION = 1
-
-
-def shape_distance(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
-    """Distance between two shapes on a log2 scale: sqrt(sum(log2(a_i / b_i)^2)).
-    Doubling one dimension is distance 1; 1024^3 to 2048^3 is sqrt(3) = 1.73. An empty dimension
-    counts as 1 (an empty product still looks up a kernel)."""
-    return math.sqrt(sum(math.log2(max(x, 1) / max(y, 1)) ** 2 for x, y in zip(a, b)))
 
 
 class Cache:
@@ -141,13 +123,10 @@ class Cache:
     def close(self) -> None:
         self.db.close()
 
-    def record(self, row: dict, source_hashes: dict[str, str] | None = None) -> bool:
+    def record(self, row: Row, source_hashes: dict[str, str] | None = None) -> bool:
         """Insert `row`, or replace the row of its key by the rule of `replaces` (given today's
         `source_hashes`, family -> hash: the current row of the two, else the faster; without
         them, the faster). True if it was written."""
-        missing = [c for c in REQUIRED if row.get(c) is None]
-        if missing:
-            raise ValueError(f"cache row lacks {', '.join(missing)}")
         self.check_writable()
         with self._writing():
             written = self._upsert(row, source_hashes)
@@ -165,27 +144,24 @@ class Cache:
             self.read_only = True
             self.check_writable()
 
-    def _upsert(self, row: dict, source_hashes: dict[str, str] | None = None) -> bool:
-        row = {c: row.get(c) for c in COLUMNS}
-        row["layout"] = row["layout"] or DEFAULT_LAYOUT
-        row["precision"] = of_row(row)
-        if not isinstance(row["params"], str):
-            row["params"] = json.dumps(row["params"], sort_keys=True)
-        row["created"] = row["created"] or datetime.now(timezone.utc).isoformat(timespec="seconds")
+    def _upsert(self, row: Row, source_hashes: dict[str, str] | None = None) -> bool:
+        values = row.as_dict()
+        values["params"] = json.dumps(row.params, sort_keys=True)
+        values["created"] = row.created or datetime.now(timezone.utc).isoformat(timespec="seconds")
         names = ", ".join(COLUMNS)
         updates = ", ".join(f"{c} = excluded.{c}" for c in COLUMNS if c not in KEY)
-        self.db.conn.create_function("mmtune_replaces", 7, _replaces_sql, deterministic=True)
+        self.db.conn.create_function("mmtune_replaces", 5, _replaces_sql, deterministic=True)
         cursor = self.db.execute(
             f"INSERT INTO {TABLE} ({names}) VALUES ({', '.join('?' * len(COLUMNS))}) "
             f"ON CONFLICT ({', '.join(KEY)}) DO UPDATE SET {updates} WHERE mmtune_replaces("
-            f"excluded.family, excluded.source_hash, excluded.gflops, {TABLE}.family, {TABLE}.source_hash, "
-            f"{TABLE}.gflops, ?)",
-            [row[c] for c in COLUMNS] + [json.dumps(source_hashes or {})],
+            f"json_array(excluded.family, excluded.source_hash), excluded.gflops, "
+            f"json_array({TABLE}.family, {TABLE}.source_hash), {TABLE}.gflops, ?)",
+            [values[c] for c in COLUMNS] + [json.dumps(source_hashes or {})],
         )
         return cursor.rowcount > 0
 
     def rows(self, device: str | None = None, dtype: str | None = None, shape=None, layout: str | None = None,
-             precision: str | None = None) -> list[dict]:
+             precision: str | None = None) -> list[Row]:
         where, args = [], []
         for column, value in (("device", device), ("dtype", dtype), ("layout", layout), ("precision", precision)):
             if value is not None:
@@ -198,24 +174,26 @@ class Cache:
             return []
         order = ", ".join(c for c in ("device", "dtype", "m", "n", "k", "layout") if c in self.table.columns_dict)
         found = self.table.rows_where(" AND ".join(where) or None, args, order_by=order)
-        return [decode(row) for row in found]
+        try:
+            return [Row.of(row) for row in found]
+        except RecordsError as error:
+            raise CacheError(f"{self.path} holds a row mmtune cannot read ({error}){DAMAGED}") from None
 
-    def merge(self, rows: list[dict], source_hashes: dict[str, str] | None = None) -> int:
-        """Import validated rows, keeping per key the row `replaces` prefers; returns how many were
-        written. Validation happens first, so a malformed file changes nothing."""
-        validate_records(rows)
+    def merge(self, rows: list[Row], source_hashes: dict[str, str] | None = None) -> int:
+        """Import rows (validate_records' output), keeping per key the row `replaces` prefers;
+        returns how many were written, all or none."""
         self.check_writable()
         with self._writing(), self.db.conn:
             return sum(self._upsert(row, source_hashes) for row in rows)
 
-    def get(self, device: str, dtype: str, m: int, n: int, k: int, layout: str = DEFAULT_LAYOUT,
-            precision: str = "ieee") -> dict | None:
-        rows = self.rows(device, dtype, (m, n, k), layout, precision)
+    def get(self, problem: Problem) -> Row | None:
+        """The row of `problem`, if the cache holds one."""
+        rows = self.rows(problem.device, problem.dtype, problem.shape, problem.layout, problem.precision)
         return rows[0] if rows else None
 
-    def nearest(self, device: str, dtype: str, m: int, n: int, k: int, count: int = 1) -> list[tuple[float, dict]]:
-        """The `count` tuned shapes closest to (m, n, k) by `shape_distance`, nearest first."""
-        return nearest_rows(self.rows(device, dtype), (m, n, k), count)
+    def nearest(self, device: str, dtype: str, shape: tuple[int, int, int], count: int = 1) -> list[tuple[float, Row]]:
+        """The `count` tuned shapes closest to `shape` by `shape_distance`, nearest first."""
+        return nearest_rows(self.rows(device, dtype), shape, count)
 
 
 def _writable(path: Path) -> bool:
@@ -238,50 +216,6 @@ def _writable(path: Path) -> bool:
     return True
 
 
-def validate_records(rows) -> list[dict]:
-    """Rows of the export format (a JSON list of cache rows), checked; RecordsError if malformed."""
-    if not isinstance(rows, list):
-        raise RecordsError("expected a JSON list of cache rows")
-    for i, row in enumerate(rows):
-        if not isinstance(row, dict):
-            raise RecordsError(f"row {i}: not an object")
-        for column in REQUIRED:
-            value = row.get(column)
-            kind = COLUMNS[column]
-            if column == "params":
-                ok = isinstance(value, dict)
-            elif kind is float:
-                ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
-            elif kind is int:
-                ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
-            else:
-                ok = isinstance(value, str) and value != ""
-            if not ok:
-                raise RecordsError(f"row {i}: {column} is missing or invalid ({value!r})")
-        if row["dtype"] not in DTYPE_NAMES:
-            raise RecordsError(f"row {i}: dtype is invalid ({row['dtype']!r}); known: {', '.join(DTYPE_NAMES)}")
-        if row.get("layout") not in (None, *LAYOUTS):
-            raise RecordsError(f"row {i}: layout is invalid ({row['layout']!r}); known: {', '.join(LAYOUTS)}")
-        if row.get("precision") not in (None, *PRECISIONS):
-            raise RecordsError(f"row {i}: precision is invalid ({row['precision']!r}); "
-                               f"known: {', '.join(PRECISIONS)}")
-        unknown = set(row) - set(COLUMNS)
-        if unknown:
-            raise RecordsError(f"row {i}: unknown fields {sorted(unknown)}")
-    return rows
-
-
-def read_records(path: Path) -> list[dict]:
-    try:
-        rows = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as error:
-        raise RecordsError(f"{path}: {error}") from None
-    try:
-        return validate_records(rows)
-    except RecordsError as error:
-        raise RecordsError(f"{path}: {error}") from None
-
-
 def set_aside(path: Path) -> Path | None:
     """Rename a damaged cache file (and its WAL files) to <name>.bad-<time>, so the next use
     starts a fresh one and nothing is deleted. Returns the new name, or None if there was no file."""
@@ -300,61 +234,13 @@ def set_aside(path: Path) -> Path | None:
     return target
 
 
-def nearest_rows(rows: list[dict], shape: tuple[int, int, int], count: int = 1) -> list[tuple[float, dict]]:
-    ranked = sorted(rows, key=lambda r: shape_distance(shape, (r["m"], r["n"], r["k"])))
-    return [(shape_distance(shape, (r["m"], r["n"], r["k"])), r) for r in ranked[:count]]
+def _replaces_sql(new: str, new_gflops: float, old: str, old_gflops: float, hashes: str) -> bool:
+    """`replaces` for SQLite: each row's (family, source hash) as JSON and its GFLOPS, and today's
+    hashes as JSON."""
+    return replaces(_compared(new, new_gflops), _compared(old, old_gflops), json.loads(hashes))
 
 
-#: a family's source hash -> the later one of code that compiles to the same PTX: the kernels
-#: package was split into modules without changing a kernel (docs/performance.md, step 36), so rows
-#: measured before are as current as rows measured after
-SAME_CODE = {
-    "92a2f9cb3c20600d": "6a57709fa72b5733",  # dmma
-    "5730437b47257c87": "d61c556e72e71093",  # tf32x3
-    "e861213c0d10400a": "46c18dbcbf6be0a5",  # vector
-    "024e9be007ffe58e": "6ed1b233e63c12f5",  # splitk
-    "9faa27bb94ff2549": "33b95ce9173d3f11",  # register
-    "1a82cd700f036fbe": "5f8a8fd988161645",  # streamk
-    "687c37588c4a272d": "9494a3693ddb1d38",  # shared
-    "12e0e5b192388d20": "2e3511c1db883466",  # naive
-    "af5a4f573c8c0324": "4309187d0a165526",  # gemv
-}
-
-
-def stale(row: dict, source_hashes: dict[str, str]) -> bool:
-    """Whether `row` was measured on other kernel code than today's (`kernels.source_hashes()`)."""
-    measured_on = row.get("source_hash")
-    return SAME_CODE.get(measured_on, measured_on) != source_hashes.get(row["family"])
-
-
-def replaces(new: dict, old: dict, source_hashes: dict[str, str] | None) -> bool:
-    """Whether `new` should take `old`'s place (same key): of a current row and a stale one, the
-    current one stays; otherwise the faster. Without `source_hashes`, the faster. The one rule
-    for the cache, the shipped records and a fleet's study winners."""
-    if source_hashes:
-        new_stale, old_stale = stale(new, source_hashes), stale(old, source_hashes)
-        if new_stale != old_stale:
-            return old_stale
-    return new["gflops"] > old["gflops"]
-
-
-def _replaces_sql(new_family, new_hash, new_gflops, old_family, old_hash, old_gflops, hashes_json) -> bool:
-    hashes = json.loads(hashes_json)
-    return replaces({"family": new_family, "source_hash": new_hash, "gflops": new_gflops},
-                    {"family": old_family, "source_hash": old_hash, "gflops": old_gflops}, hashes)
-
-
-def decode(row: dict) -> dict:
-    """A row with params as an object, its layout (NN where a records file has none) and its
-    precision (its family's, where a records file has none: autotune.space.precision.of_row)."""
-    row = dict(row)
-    row["params"] = json.loads(row["params"]) if isinstance(row["params"], str) else row["params"]
-    row["layout"] = row.get("layout") or DEFAULT_LAYOUT
-    row["precision"] = of_row(row)
-    return row
-
-
-def row_key(row: dict) -> tuple:
-    """A row's key (KEY), its layout and precision filled in as `decode` fills them."""
-    filled = {"layout": row.get("layout") or DEFAULT_LAYOUT, "precision": of_row(row)}
-    return tuple(filled[c] if c in filled else row[c] for c in KEY)
+def _compared(code: str, gflops: float) -> Row:
+    """A row holding what `replaces` compares, and nothing else."""
+    family, source_hash = json.loads(code)
+    return Row(device="-", dtype="-", m=0, n=0, k=0, family=family, params={}, gflops=gflops, source_hash=source_hash)

@@ -33,8 +33,8 @@ from pathlib import Path
 
 from autotune.errors import StoreError
 from autotune.store.paths import store_directory, write_atomically
-from kernels import FAMILIES_VARIABLE, outside_families
-from kernels.rules import Arch, adds_into_c
+from kernels import FAMILIES_VARIABLE, Config, outside_families
+from kernels.rules import Arch, adds_into_c, offset_bits_for, unaligned_for
 
 FORMAT = 2  # 2: cubins link-time optimized, as cuda.jit builds them (1: linked from PTX)
 
@@ -53,16 +53,24 @@ def directory() -> Path:
     return store_directory()
 
 
-def arch(cc: tuple[int, int]) -> str:
-    return Arch.of(cc).sm
+@dataclass(frozen=True)
+class BuildKey:
+    """What one stored kernel is built for: a config, a dtype and an architecture, and the operand
+    layout, offset width and unaligned rows of the products it computes (kernels.build)."""
 
+    config: Config
+    dtype: str
+    arch: Arch
+    layout: str = "NN"
+    offset_bits: int = 32
+    unaligned: str = ""
 
-def parse_arch(text: str) -> tuple[int, int]:
-    """(9, 0) from sm_90, 90 or 9.0."""
-    try:
-        return Arch.of(text).pair
-    except ValueError:
-        raise ValueError(f"architecture must look like sm_90 or 9.0; got {text!r}") from None
+    @classmethod
+    def of(cls, config: Config, dtype: str, shape: tuple[int, int, int], layout: str, arch: Arch) -> "BuildKey":
+        """The build that computes a product of `shape` in `layout` (kernels.rules' offset width and
+        unaligned rows)."""
+        return cls(config, dtype, arch, layout=layout, offset_bits=offset_bits_for(*shape),
+                   unaligned=unaligned_for(*shape, layout, dtype))
 
 
 @cache
@@ -120,12 +128,11 @@ def source_hash(root: Path | None = None) -> str:
     return hashlib.sha256("\n".join(digests).encode()).hexdigest()[:16]
 
 
-def key_parts(family: str, config: dict, dtype: str, cc: tuple[int, int], root: Path | None = None,
-              layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> dict:
+def key_parts(key: BuildKey, root: Path | None = None) -> dict:
     return {
-        "format": FORMAT, "family": family, "config": json.dumps(config, sort_keys=True), "dtype": dtype,
-        "layout": layout, "offset_bits": offset_bits, "unaligned": unaligned, "arguments": ARGUMENTS, "arch": arch(cc),
-        "source": source_hash(root), **toolchain(),
+        "format": FORMAT, "family": key.config.family, "config": key.config.params_json, "dtype": key.dtype,
+        "layout": key.layout, "offset_bits": key.offset_bits, "unaligned": key.unaligned, "arguments": ARGUMENTS,
+        "arch": key.arch.sm, "source": source_hash(root), **toolchain(),
     }
 
 
@@ -217,20 +224,20 @@ def write(entry: Entry, root: Path | None = None) -> Path:
     return path
 
 
-def build(family: str, config: dict, dtype: str, cc: tuple[int, int], root: Path | None = None,
-          layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Entry:
+def build(key: BuildKey, root: Path | None = None) -> Entry:
     """Compile (no GPU needed: NVVM, then nvJitLink) and describe one kernel; imports numba."""
     import kernels
     from kernels.resources import link, ltoir, parse_report
 
-    parts = key_parts(family, config, dtype, cc, root, layout, offset_bits, unaligned)
-    kernel = kernels.build(family, config, dtype, layout, offset_bits, unaligned)
+    parts = key_parts(key, root)
+    family, cc = key.config.family, key.arch.pair
+    kernel = kernels.build(family, key.config.params, key.dtype, key.layout, key.offset_bits, key.unaligned)
     try:
         code = ltoir(kernel, cc)
         cubin, log = link(code, cc, family)
         text = link(code, cc, family, output="ptx")[0].decode()  # names the entry the cubin holds
     except Exception as error:  # NVVM, nvJitLink and Numba's typing raise many kinds
-        raise StoreError(f"{family} {parts['config']} does not compile for {arch(cc)}: {error}") from None
+        raise StoreError(f"{key.config} does not compile for {key.arch.sm}: {error}") from None
     name, params = entry_parameters(text)
     words = ARGUMENTS["arrays"] * ARGUMENTS["words_per_array"]
     if len(params) != words or any(p != ".u64" for p in params):
@@ -254,12 +261,11 @@ def entry_parameters(ptx_text: str) -> tuple[str, list[str]]:
     return match.group(1), re.findall(r"\.param\s+(\.\w+)", match.group(2))
 
 
-def get(family: str, config: dict, dtype: str, cc: tuple[int, int], root: Path | None = None,
-        layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Entry:
+def get(key: BuildKey, root: Path | None = None) -> Entry:
     """The stored entry, built and stored first if missing, corrupt or foreign."""
-    entry = read(key_parts(family, config, dtype, cc, root, layout, offset_bits, unaligned), root)
+    entry = read(key_parts(key, root), root)
     if entry is None:
-        entry = build(family, config, dtype, cc, root, layout, offset_bits, unaligned)
+        entry = build(key, root)
         try:
             write(entry, root)
         except OSError as error:

@@ -22,20 +22,11 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from autotune.errors import CacheError, OutputError, PromoteError, advice
-from autotune.store.cache import (
-    COLUMNS,
-    DEFAULT_LAYOUT,
-    Cache,
-    RecordsError,
-    decode,
-    read_records,
-    replaces,
-    row_key,
-    stale,
-    validate_records,
-)
+from autotune.backends import Device
+from autotune.errors import CacheError, OutputError, PromoteError, RecordsError, advice
+from autotune.store.cache import Cache
 from autotune.store.paths import write_atomically
+from autotune.store.rows import DEFAULT_LAYOUT, Row, read_records, replaces, stale, validate_records
 from kernels.rules import Arch
 
 DATA = resources.files("autotune") / "data"
@@ -47,7 +38,7 @@ def slug(device: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
 
 
-def shipped_rows(device: str | None = None, dtype: str | None = None) -> list[dict]:
+def shipped_rows(device: str | None = None, dtype: str | None = None) -> list[Row]:
     """The shipped records of `device` (all GPU models if None) and `dtype` (all if None)."""
     rows = []
     for entry in sorted(DATA.joinpath("records").iterdir(), key=lambda e: e.name):
@@ -57,7 +48,7 @@ def shipped_rows(device: str | None = None, dtype: str | None = None) -> list[di
             found = validate_records(json.loads(entry.read_text()))
         except (ValueError, RecordsError) as error:
             raise RecordsError(f"shipped records {entry.name}: {error}") from None
-        rows += [decode(r) for r in found if device in (None, r["device"]) and dtype in (None, r["dtype"])]
+        rows += [r for r in found if device in (None, r.device) and dtype in (None, r.dtype)]
     return rows
 
 
@@ -74,28 +65,35 @@ GPU_MATCHES = ("this GPU model", "same compute capability and SM count", "same c
 ANOTHER_ARCHITECTURE = GPU_MATCHES.index("another architecture")
 
 
-def gpu_rank(row: dict, device: str, cc: str, sm_count: int) -> int | None:
-    """How closely the GPU `row` was measured on matches GPU model `device` of compute capability
-    `cc` with `sm_count` SMs (an index into GPU_MATCHES), or None for another architecture."""
-    if row["device"] == device:
+def gpu_rank(measured: Device, device: Device) -> int | None:
+    """How closely the GPU a row or table was `measured` on matches `device` (an index into
+    GPU_MATCHES), or None for another architecture."""
+    if measured.name == device.name:
         return 0
-    if not cc or row.get("cc") != cc:
+    if not device.cc or measured.cc != device.cc:
         return None
-    return 1 if row.get("sm_count") == sm_count else 2
+    return 1 if measured.sm_count == device.sm_count else 2
 
 
-def closest_table(tables: list[dict], dtype: str, device: str, cc: str, sm_count: int) -> tuple[int, dict] | None:
+def measured_on(data: Row | dict) -> Device:
+    """The GPU a row or a measured table was measured on."""
+    if isinstance(data, Row):
+        return Device(data.device, data.cc or "", data.sm_count or 0)
+    return Device(data["device"], data.get("cc") or "", data.get("sm_count") or 0)
+
+
+def closest_table(tables: list[dict], dtype: str, device: Device) -> tuple[int, dict] | None:
     """The measured table of `dtype` (of `tables`, as measured_tables reads them) from the GPU
     closest to this one, and how close (an index into GPU_MATCHES): by gpu_rank within this
     architecture, else the nearest other architecture (same major version first, then the
     nearest minor one); None where none ships or this GPU's architecture is unknown."""
     ranked = []
     for table in tables:
-        rank = gpu_rank(table, device, cc, sm_count)
-        if rank is None and cc and table.get("cc"):
+        rank = gpu_rank(measured_on(table), device)
+        if rank is None and device.cc and table.get("cc"):
             rank = ANOTHER_ARCHITECTURE
         if table["dtype"] == dtype and rank is not None:
-            ranked.append(((rank, _cc_distance(table["cc"], cc), table["device"]), rank, table))
+            ranked.append(((rank, _cc_distance(table["cc"], device.cc), table["device"]), rank, table))
     if not ranked:
         return None
     _, rank, table = min(ranked, key=lambda entry: entry[0])
@@ -142,26 +140,24 @@ def peak_tflops(device: str, dtype: str, precision: str) -> float:
     return max(named or [p.tflops for p in rates] or [max(p.tflops for p in PEAKS)])
 
 
-def implausible(row: dict) -> str | None:
+def implausible(row: Row) -> str | None:
     """Why `row` (valid in form, validate_records) cannot be a measurement of today's kernels: a
     rate above PEAK_MARGIN times its GPU's peak, an unknown family, or params its family cannot
     take on a GPU of the row's compute capability; None if it can."""
     from autotune.space.configs import FAMILY_NAMES, GpuLimits, infeasibility  # imports numba
 
-    decoded = decode(row)
-    peak = peak_tflops(decoded["device"], decoded["dtype"], decoded["precision"])
-    if decoded["gflops"] > PEAK_MARGIN * peak * 1000:
-        return (f"gflops {decoded['gflops']:g} is above {PEAK_MARGIN:g}x the {peak:g} TFLOPS peak of "
-                f"{decoded['dtype']} {decoded['precision']} on {decoded['device']}: not a measurement")
-    if decoded["family"] not in FAMILY_NAMES:
-        return f"unknown kernel family {decoded['family']!r}; known: {', '.join(FAMILY_NAMES)}"
+    peak = peak_tflops(row.device, row.dtype, row.precision)
+    if row.gflops > PEAK_MARGIN * peak * 1000:
+        return (f"gflops {row.gflops:g} is above {PEAK_MARGIN:g}x the {peak:g} TFLOPS peak of "
+                f"{row.dtype} {row.precision} on {row.device}: not a measurement")
+    if row.family not in FAMILY_NAMES:
+        return f"unknown kernel family {row.family!r}; known: {', '.join(FAMILY_NAMES)}"
     try:
-        reason = infeasibility(decoded["family"], decoded["params"], decoded["dtype"],
-                               GpuLimits.for_cc(decoded.get("cc") or None))
+        reason = infeasibility(row.family, row.params, row.dtype, GpuLimits.for_cc(row.cc or None))
     except (ValueError, KeyError, TypeError) as error:
         reason = str(error) or type(error).__name__
     if reason:
-        return f"{decoded['family']} params {json.dumps(decoded['params'], sort_keys=True)} are impossible: {reason}"
+        return f"{row.family} params {json.dumps(row.params, sort_keys=True)} are impossible: {reason}"
     return None
 
 
@@ -180,13 +176,12 @@ def check_file(path: Path) -> list[str]:
     for row in cache.table.rows if cache.table.exists() else []:
         name = f"row {row['device']} {row['dtype']} {row['m']}x{row['n']}x{row['k']}"
         try:
-            json.loads(row["params"])
+            params = json.loads(row["params"])
         except (TypeError, ValueError):
             problems.append(f"{name}: params are not JSON")
             continue
         try:
-            validate_records([decode(row)])
-            problem = implausible(row)
+            problem = implausible(validate_records([{**row, "params": params}])[0])
         except RecordsError as error:
             problem = str(error).removeprefix("row 0: ")
         if problem:
@@ -195,18 +190,27 @@ def check_file(path: Path) -> list[str]:
     return problems
 
 
-def cached(dtype: str | None = None, shape=None, layout: str | None = None, precision: str | None = None) -> list[dict]:
-    """The cache's rows (filtered as Cache.rows filters them), each marked "stale" where it was
+@dataclass(frozen=True)
+class Cached:
+    """A cache row, and whether it was measured on older kernel code than today's."""
+
+    row: Row
+    stale: bool
+
+
+def cached(dtype: str | None = None, shape=None, layout: str | None = None,
+           precision: str | None = None) -> list[Cached]:
+    """The cache's rows (filtered as Cache.rows filters them), each marked stale where it was
     measured on older kernel code than today's: what `mmtune best` shows."""
     rows = Cache().rows(dtype=dtype, shape=shape, layout=layout, precision=precision)
     hashes = _source_hashes() if rows else {}
-    return [{**row, "stale": stale(row, hashes)} for row in rows]
+    return [Cached(row, stale(row, hashes)) for row in rows]
 
 
 def export(out: Path | None = None, device: str | None = None, dtype: str | None = None) -> str:
     """The cache's rows (of `device` and `dtype`, where given) in the export format; written to
     `out` too, where given (a file replaced whole, or a device such as /dev/stdout written to)."""
-    text = json.dumps(Cache().rows(device=device, dtype=dtype), indent=1) + "\n"
+    text = json.dumps([row.as_dict() for row in Cache().rows(device=device, dtype=dtype)], indent=1) + "\n"
     if out is not None:
         write_text(Path(out), text)
     return text
@@ -258,15 +262,14 @@ class Promotion:
     total: int  # rows in the file now
 
 
-def select(source: Path | None = None, device: str | None = None, dtype: str | None = None, shape=None) -> list[dict]:
+def select(source: Path | None = None, device: str | None = None, dtype: str | None = None, shape=None) -> list[Row]:
     """Rows to promote: from the export file `source`, or else the cache's, filtered. Without
     `device`, rows measured under the simulator are left out: their timings mean nothing."""
     rows = read_records(source) if source is not None else Cache().rows()
-    rows = [decode(r) for r in rows]
     chosen = [
         r for r in rows
-        if (r["device"] == device if device is not None else r["device"] != SIMULATOR)
-        and dtype in (None, r["dtype"]) and (shape is None or (r["m"], r["n"], r["k"]) == tuple(shape))
+        if (r.device == device if device is not None else r.device != SIMULATOR)
+        and dtype in (None, r.dtype) and (shape is None or r.shape == tuple(shape))
     ]
     if not chosen:
         where = source if source is not None else f"the cache ({Cache().path})"
@@ -277,18 +280,18 @@ def select(source: Path | None = None, device: str | None = None, dtype: str | N
     return chosen
 
 
-def promote(rows: list[dict], out: Path | None = None) -> list[Promotion]:
+def promote(rows: list[Row], out: Path | None = None) -> list[Promotion]:
     """Merge `rows` into the records file of each row's GPU model in this source checkout (or
     all into `out`), keeping per (device, dtype, m, n, k, layout, precision) the faster row, or the current one where
     the other was measured on older kernel code; each file is sorted by that key and replaced
     atomically."""
-    validate_records(rows)
+    rows = validate_records(rows)
     if out is None:
-        if any(r["device"] == SIMULATOR for r in rows):
+        if any(r.device == SIMULATOR for r in rows):
             raise PromoteError("rows measured under the simulator do not belong in the shipped records; give --out FILE")
-        targets: dict[Path, list[dict]] = {}
+        targets: dict[Path, list[Row]] = {}
         for row in rows:
-            targets.setdefault(_checkout_records() / f"{slug(row['device'])}.json", []).append(row)
+            targets.setdefault(_checkout_records() / f"{slug(row.device)}.json", []).append(row)
     else:
         targets = {Path(out): rows}
     return [_merge_into(path, new) for path, new in targets.items()]
@@ -309,26 +312,26 @@ def _checkout_records() -> Path:
     return records
 
 
-def _merge_into(path: Path, new: list[dict]) -> Promotion:
+def _merge_into(path: Path, new: list[Row]) -> Promotion:
     try:
-        merged = {row_key(r): _canonical(r) for r in (read_records(path) if path.exists() else [])}
+        merged = {r.key: r for r in (read_records(path) if path.exists() else [])}
     except RecordsError as error:
         raise PromoteError(str(error)) from None
     hashes = _source_hashes()
     added = replaced = kept = 0
     for row in new:
-        old = merged.get(row_key(row))
+        old = merged.get(row.key)
         if old is not None and not replaces(row, old, hashes):
             kept += 1
             continue
         added, replaced = added + (old is None), replaced + (old is not None)
-        merged[row_key(row)] = _canonical(row)
-    rows = [merged[key] for key in sorted(merged)]
+        merged[row.key] = row
+    rows = [_canonical(merged[key]) for key in sorted(merged)]
     try:
         write_atomically(path, (json.dumps(rows, indent=2) + "\n").encode())
     except OSError as error:
         raise PromoteError(f"cannot write {path}: {error}") from None
-    return Promotion(path, added, replaced, kept, len(rows))
+    return Promotion(path=path, added=added, replaced=replaced, kept=kept, total=len(rows))
 
 
 def _source_hashes() -> dict[str, str]:
@@ -337,10 +340,9 @@ def _source_hashes() -> dict[str, str]:
     return kernels.source_hashes()
 
 
-def _canonical(row: dict) -> dict:
+def _canonical(row: Row) -> dict:
     """The row with every column, in the cache's column order and with params sorted, so the
     file's diffs show what changed and nothing else; the layout only where it is not NN (the
     layout of a row without one), the precision always."""
-    row = decode(row)
-    return {c: dict(sorted(row["params"].items())) if c == "params" else row.get(c) for c in COLUMNS
-            if c != "layout" or row["layout"] != DEFAULT_LAYOUT}
+    values = {**row.as_dict(), "params": dict(sorted(row.params.items()))}
+    return {c: value for c, value in values.items() if c != "layout" or value != DEFAULT_LAYOUT}

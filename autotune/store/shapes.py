@@ -8,46 +8,45 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
-from autotune.space.precision import PRECISIONS, allows, of_row
-from autotune.store.cubins import Entry, directory, get, parse_arch
+from autotune.space.precision import PRECISIONS, allows
+from autotune.space.problem import Problem
+from autotune.store.cubins import BuildKey, Entry, directory, get
 from autotune.store.paths import write_atomically
-from kernels.rules import offset_bits_for, unaligned_for
+from autotune.store.rows import Row
+from kernels import Config
+from kernels.rules import Arch
 
 
-def keep(row: dict, root: Path | None = None, rivals: tuple[dict, ...] = ()) -> Entry | None:
+def keep(row: Row, root: Path | None = None, rivals: tuple[Row, ...] = ()) -> Entry | None:
     """Store the kernel of a cache row (a tuned winner) for its GPU's architecture and layout, and
     remember its shape's config for each precision a lookup may ask for (remember_preferred, with
     `rivals`: rows of the same GPU model, dtype, shape and layout in other precisions). None for
     rows with no architecture (the simulator's)."""
-    if not row.get("cc"):
+    if not row.cc:
         return None
-    shape, layout = (row["m"], row["n"], row["k"]), row.get("layout") or "NN"
-    entry = get(row["family"], row["params"], row["dtype"], parse_arch(row["cc"]), root, layout, offset_bits_for(*shape),
-                unaligned_for(*shape, layout, row["dtype"]))
+    entry = get(BuildKey.of(row.config, row.dtype, row.shape, row.layout, Arch.of(row.cc)), root)
     remember_preferred([row, *rivals], root)
     return entry
 
 
-def remember_preferred(rows: list[dict], root: Path | None = None) -> None:
+def remember_preferred(rows: list[Row], root: Path | None = None) -> None:
     """Remember, for each precision a lookup may ask for, the config of the row of `rows` (of one
     GPU model, dtype, shape and layout) that lookup prefers among those of precisions it allows:
-    the current one, else the faster (autotune.store.cache.replaces)."""
+    the current one, else the faster (autotune.store.rows.replaces)."""
     import kernels
-    from autotune.store.cache import replaces
+    from autotune.store.rows import replaces
 
     hashes = kernels.source_hashes()
-    first = rows[0]
-    shape, layout = (first["m"], first["n"], first["k"]), first.get("layout") or "NN"
     for asked in PRECISIONS:
         preferred = None
         for row in rows:
-            if allows(asked, of_row(row)) and (preferred is None or replaces(row, preferred, hashes)):
+            if allows(asked, row.precision) and (preferred is None or replaces(row, preferred, hashes)):
                 preferred = row
         if preferred is not None:
-            remember(first["device"], first["dtype"], shape, preferred["family"], preferred["params"], root,
-                     layout=layout, precision=asked)
+            remember(replace(rows[0].problem, precision=asked), preferred.config, root)
 
 
 def cache_stamp() -> list | None:
@@ -66,31 +65,29 @@ def cache_stamp() -> list | None:
     return stamp if stamp[0] else None
 
 
-def _shape_path(device: str, dtype: str, shape: tuple[int, int, int], root: Path | None, layout: str,
-                precision: str) -> Path:
-    name = hashlib.sha256(json.dumps([device, dtype, list(shape), layout, precision]).encode()).hexdigest()[:32]
+def _shape_path(problem: Problem, root: Path | None) -> Path:
+    asked = [problem.device, problem.dtype, list(problem.shape), problem.layout, problem.precision]
+    name = hashlib.sha256(json.dumps(asked).encode()).hexdigest()[:32]
     return (root or directory()) / "shapes" / f"{name}.json"
 
 
-def remember(device: str, dtype: str, shape: tuple[int, int, int], family: str, config: dict,
-             root: Path | None = None, stamp: list | None = None, layout: str = "NN", precision: str = "ieee") -> None:
-    """Remember the config a lookup of `precision` gives a shape in a layout, valid while the cache
-    stays as `stamp` (taken before the config was looked up; default now)."""
-    record = {"device": device, "dtype": dtype, "shape": list(shape), "layout": layout, "precision": precision,
-              "family": family, "config": config, "cache": cache_stamp() if stamp is None else stamp}
-    write_atomically(_shape_path(device, dtype, shape, root, layout, precision), json.dumps(record).encode())
+def remember(problem: Problem, config: Config, root: Path | None = None, stamp: list | None = None) -> None:
+    """Remember the config a lookup gives `problem`, valid while the cache stays as `stamp` (taken
+    before the config was looked up; default now)."""
+    record = {"device": problem.device, "dtype": problem.dtype, "shape": list(problem.shape), "layout": problem.layout,
+              "precision": problem.precision, "family": config.family, "config": config.params,
+              "cache": cache_stamp() if stamp is None else stamp}
+    write_atomically(_shape_path(problem, root), json.dumps(record).encode())
 
 
-def recall(device: str, dtype: str, shape: tuple[int, int, int], root: Path | None = None,
-           layout: str = "NN", precision: str = "ieee") -> tuple[str, dict] | None:
-    """(family, config) remembered for this shape, layout and precision while the cache file
-    stayed as it was, else None."""
+def recall(problem: Problem, root: Path | None = None) -> Config | None:
+    """The config remembered for `problem` while the cache file stayed as it was, else None."""
     try:
-        record = json.loads(_shape_path(device, dtype, shape, root, layout, precision).read_text())
-        asked = [device, dtype, list(shape), layout, precision]
+        record = json.loads(_shape_path(problem, root).read_text())
+        asked = [problem.device, problem.dtype, list(problem.shape), problem.layout, problem.precision]
         same = [record["device"], record["dtype"], record["shape"], record["layout"], record["precision"]] == asked
         if same and record["cache"] == cache_stamp() and isinstance(record["config"], dict):
-            return record["family"], record["config"]
+            return Config.of(record["family"], record["config"])
     except (OSError, ValueError, KeyError, TypeError):
         pass
     return None

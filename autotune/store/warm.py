@@ -8,23 +8,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotune.store.cubins import StoreError
+from autotune.store.rows import Row, replaces
 from autotune.store.shapes import keep
+from kernels.rules import Arch
 
 
 @dataclass(frozen=True)
 class Warmed:
-    row: dict
+    row: Row
     key: str | None
     error: str | None
 
 
-def warm(cc: tuple[int, int], root: Path | None = None) -> list[Warmed]:
+def warm(arch: Arch, root: Path | None = None) -> list[Warmed]:
     """Compile into the store the kernels of the cache's and the shipped rows measured on GPUs of
-    architecture `cc` (no GPU needed), and remember their shapes for those GPUs; of two rows for
+    architecture `arch` (no GPU needed), and remember their shapes for those GPUs; of two rows for
     one GPU, dtype, shape, layout and precision, the one lookup prefers (the current one, else the
     faster), and of the rows of a shape in several precisions, the one each precision prefers."""
     import kernels
-    from autotune.store.cache import Cache, replaces, row_key
+    from autotune.store.cache import Cache
     from autotune.store.records import shipped_rows
 
     cache = Cache()
@@ -32,14 +34,12 @@ def warm(cc: tuple[int, int], root: Path | None = None) -> list[Warmed]:
         cached = cache.rows()
     finally:
         cache.close()
-    wanted = f"{cc[0]}.{cc[1]}"
     hashes = kernels.source_hashes()
     rows = {}
     for row in shipped_rows(None, None) + cached:
-        key = row_key(row)
-        if row.get("cc") == wanted and (key not in rows or replaces(row, rows[key], hashes)):
-            rows[key] = row
-    shapes: dict[tuple, list[dict]] = {}
+        if row.cc == str(arch) and (row.key not in rows or replaces(row, rows[row.key], hashes)):
+            rows[row.key] = row
+    shapes: dict[tuple, list[Row]] = {}
     for key, row in rows.items():
         shapes.setdefault(key[:-1], []).append(row)  # the key without its precision
     done = []

@@ -8,15 +8,20 @@ stopped: a rerun re-times only the finalists without a result for today's code.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import optuna
 from optuna.trial import TrialState
 
 import kernels
+from autotune.backends import Device
 from autotune.errors import InfrastructureFailure
 from autotune.measure.measurement import versions
 from autotune.space.encoding import config_of
+from autotune.space.problem import Problem
+from autotune.store.rows import Row
 from kernels.contract import Config
 
 FINALISTS = 3
@@ -45,34 +50,46 @@ def pending(study: optuna.Study) -> list[Config]:
     return [c for c in finalists(study) if _result(study, c) is None]
 
 
-def retime(study: optuna.Study, measurer, shape, dtype: str, seed: int | None, on_done=None,
-           lock: str | None = None, layout: str = "NN") -> None:
+@dataclass(frozen=True)
+class Retiming:
+    """Where finalists are re-timed: the study, the problem, a file to lock while timing, and
+    what to call after each."""
+
+    study: optuna.Study
+    problem: Problem
+    lock: str | None = None
+    on_done: Callable[[], None] | None = None
+
+
+def retime(retiming: Retiming, measurer, seed: int | None) -> None:
     """Re-time every pending finalist, keeping each result in the study as it comes. A measurer
     that can `fork` (autotune.measure.isolation.Isolated) re-times them at once, one child each: they
-    compile in parallel and time one at a time, holding `lock`."""
+    compile in parallel and time one at a time, holding the lock."""
+    study = retiming.study
     configs = pending(study)
     fork = getattr(measurer, "fork", None)
     measurers = [measurer] + ([fork() for _ in configs[1:]] if fork else [])
-    jobs = [(config, measurers[i % len(measurers)], np.random.default_rng([seed or 0, len(study.get_trials(deepcopy=False)), 1, i]))
+    trials = len(study.get_trials(deepcopy=False))
+    jobs = [(config, measurers[i % len(measurers)], np.random.default_rng([seed or 0, trials, 1, i]))
             for i, config in enumerate(configs)]
     try:
         if len(measurers) == 1:
             for job in jobs:
-                _retime_one(study, *job, shape, dtype, lock, on_done, layout)
+                _retime_one(retiming, *job)
         else:
             with ThreadPoolExecutor(len(measurers)) as pool:
-                for done in [pool.submit(_retime_one, study, *job, shape, dtype, lock, on_done, layout) for job in jobs]:
+                for done in [pool.submit(_retime_one, retiming, *job) for job in jobs]:
                     done.result()
     finally:
         for forked in measurers[1:]:
             forked.close()
 
 
-def _retime_one(study: optuna.Study, config: Config, measurer, rng, shape, dtype: str, lock, on_done,
-                layout: str = "NN") -> None:
+def _retime_one(retiming: Retiming, config: Config, measurer, rng) -> None:
+    study, problem = retiming.study, retiming.problem
     try:
-        kernel = kernels.build_for(config.family, config.params, dtype, shape, layout)
-        result = measurer(kernel, *shape, rng, repeat=FINAL_LAUNCHES, lock=lock)
+        kernel = kernels.build_for(config.family, config.params, problem.dtype, problem.shape, problem.layout)
+        result = measurer(kernel, problem.shape, rng, repeat=FINAL_LAUNCHES, lock=retiming.lock)
         record = {"ok": result.verification.ok}
         if result.verification.ok:
             record.update(gflops=result.gflops, median_ms=result.timing.median_ms, spread=result.timing.spread)
@@ -82,25 +99,25 @@ def _retime_one(study: optuna.Study, config: Config, measurer, rng, shape, dtype
         record = {"ok": False, "error": f"{type(error).__name__}: {error}"[:500]}
     record["source_hash"] = kernels.source_hash(config.family)
     study.set_user_attr(ATTR_PREFIX + config.key, record)
-    if on_done is not None:
-        on_done()
+    if retiming.on_done is not None:
+        retiming.on_done()
 
 
-def winner_row(study: optuna.Study, shape, dtype: str, device: dict, layout: str = "NN") -> dict | None:
+def winner_row(study: optuna.Study, problem: Problem, device: Device) -> Row | None:
     """The cache row of the fastest re-timed finalist, or None if none verified."""
     timed = [(config, _result(study, config)) for config in finalists(study)]
     timed = [(config, result) for config, result in timed if result and result["ok"]]
     if not timed:
         return None
     config, result = max(timed, key=lambda entry: entry[1]["gflops"])
-    return {
-        **device, "dtype": dtype, "m": shape[0], "n": shape[1], "k": shape[2], "layout": layout,
-        "family": config.family, "params": config.params, "precision": kernels.family(config.family).precision,
-        "gflops": result["gflops"],
-        "median_ms": result["median_ms"], "spread": result["spread"],
-        **{k: v for k, v in versions().items() if k != "python"},
-        "source_hash": result["source_hash"],
-    }
+    toolchain = versions()
+    return Row(
+        device=device.name, cc=device.cc, sm_count=device.sm_count, driver=device.driver, dtype=problem.dtype,
+        m=problem.m, n=problem.n, k=problem.k, layout=problem.layout, family=config.family, params=config.params,
+        precision=kernels.family(config.family).precision, gflops=result["gflops"], median_ms=result["median_ms"],
+        spread=result["spread"], numba=toolchain["numba"], numba_cuda=toolchain["numba_cuda"],
+        source_hash=result["source_hash"],
+    )
 
 
 def _result(study: optuna.Study, config: Config) -> dict | None:

@@ -21,7 +21,8 @@ import optuna
 import kernels
 from autotune.errors import PullError
 from autotune.space.precision import PRECISIONS
-from autotune.store.cache import Cache, replaces
+from autotune.store.cache import Cache
+from autotune.store.rows import Row, replaces
 from autotune.tune.storage import masked, open_storage, setup_lock, storage_errors
 from autotune.tune.study import SPACE_TAG
 
@@ -39,14 +40,14 @@ class PullResult:
     empty: int  # no verified trial yet
 
 
-def offer_winner(study: optuna.Study, row: dict, spec: str, lock_dir: Path, source_hashes: dict[str, str]) -> bool:
-    """Keep `row` as the study's winner if it should replace the one there (autotune.store.cache.replaces:
+def offer_winner(study: optuna.Study, row: Row, spec: str, lock_dir: Path, source_hashes: dict[str, str]) -> bool:
+    """Keep `row` as the study's winner if it should replace the one there (autotune.store.rows.replaces:
     the current of the two, else the faster). True if it was kept."""
     with setup_lock(spec, study.study_name, lock_dir):
         current = study.user_attrs.get(WINNER)
-        if current is not None and not replaces(row, current, source_hashes):
+        if current is not None and not replaces(row, Row.of(current), source_hashes):
             return False
-        study.set_user_attr(WINNER, row)
+        study.set_user_attr(WINNER, row.as_dict())
         return True
 
 
@@ -78,7 +79,7 @@ def pull(spec: str, device: str | None = None, dtype: str | None = None, cache: 
     cache.check_writable()
     device = device or _this_device()
     storage = open_storage(spec, heartbeat=False)
-    result = PullResult(masked(spec), device, 0, 0, 0, 0)
+    result = PullResult(storage=masked(spec), device=device, studies=0, written=0, kept=0, empty=0)
     hashes = kernels.source_hashes()
     with storage_errors(spec):
         summaries = optuna.get_all_study_summaries(storage, include_best_trial=True)
@@ -87,7 +88,8 @@ def pull(spec: str, device: str | None = None, dtype: str | None = None, cache: 
         if parsed is None or parsed[0] != device or (dtype is not None and parsed[1] != dtype):
             continue
         result.studies += 1
-        row = summary.user_attrs.get(WINNER) or _best_trial_row(summary, *parsed)
+        winner = summary.user_attrs.get(WINNER)
+        row = Row.of(winner) if winner else _best_trial_row(summary, *parsed)
         if row is None:
             result.empty += 1
         elif cache.record(row, hashes):
@@ -98,15 +100,15 @@ def pull(spec: str, device: str | None = None, dtype: str | None = None, cache: 
 
 
 def _this_device() -> str:
-    from autotune.measure.measurement import device_info
+    from autotune import backends
 
     try:
-        return device_info()["device"]
+        return backends.current().device().name
     except Exception as error:  # no GPU or no driver: Numba's CudaSupportError and kin
         raise PullError(f"no GPU here to name the device ({type(error).__name__}); give --device") from None
 
 
-def _best_trial_row(summary, device: str, dtype: str, shape: tuple[int, int, int], layout: str) -> dict | None:
+def _best_trial_row(summary, device: str, dtype: str, shape: tuple[int, int, int], layout: str) -> Row | None:
     """A cache row from the best complete trial of a study no host has finished (not re-timed,
     and measured on kernel code it does not record: lookup ranks it as stale)."""
     from autotune.space.encoding import config_of
@@ -115,10 +117,8 @@ def _best_trial_row(summary, device: str, dtype: str, shape: tuple[int, int, int
     if trial is None:
         return None
     config = config_of(trial.params)
-    return {
-        "device": device, "dtype": dtype, "m": shape[0], "n": shape[1], "k": shape[2], "layout": layout,
-        "family": config.family, "params": config.params, "precision": kernels.family(config.family).precision,
-        "gflops": trial.value,
-        "median_ms": trial.user_attrs.get("median_ms"), "spread": trial.user_attrs.get("spread"),
-        "study": summary.study_name,
-    }
+    return Row(
+        device=device, dtype=dtype, m=shape[0], n=shape[1], k=shape[2], layout=layout, family=config.family,
+        params=config.params, precision=kernels.family(config.family).precision, gflops=trial.value,
+        median_ms=trial.user_attrs.get("median_ms"), spread=trial.user_attrs.get("spread"), study=summary.study_name,
+    )

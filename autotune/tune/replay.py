@@ -10,6 +10,7 @@ import json
 import lzma
 import statistics
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 from autotune.measure.measurement import Measurement, Timing, Verification
@@ -21,7 +22,7 @@ def config_key(family: str, config: dict) -> str:
 
 
 class Replay:
-    """measure(kernel, m, n, k, rng, repeat=...) from a table {config_key: gflops}.
+    """measure(kernel, shape, rng, repeat=...) from a table {config_key: gflops}.
 
     Configs missing from the table score `default`; those in `crash` raise as a bad launch
     would; those in `wrong` fail verification."""
@@ -32,7 +33,7 @@ class Replay:
         self.crash, self.wrong = crash, wrong  # containers of config keys
         self.calls: list[str] = []
 
-    def __call__(self, kernel, m, n, k, rng, warmup=3, repeat=20, lock=None) -> Measurement:
+    def __call__(self, kernel, shape, rng, warmup=3, repeat=20, lock=None) -> Measurement:
         key = config_key(kernel.family, kernel.config)
         self.calls.append(key)
         if key in self.crash:
@@ -40,8 +41,10 @@ class Replay:
         if key in self.wrong:
             return Measurement(Verification(False, 0.5, 1e-5), None, 0.0)
         gflops = self.table.get(key, self.default)
+        m, n, k = shape
         ms = 2.0 * m * n * k / (gflops * 1e9) * 1e3
-        return Measurement(Verification(True, 1e-7, 1e-5), Timing(ms, ms * 0.99, ms * 1.01, repeat, 1), gflops, 0.5)
+        timing = Timing(median_ms=ms, q25_ms=ms * 0.99, q75_ms=ms * 1.01, samples=repeat, launches_per_sample=1)
+        return Measurement(Verification(True, 1e-7, 1e-5), timing, gflops, 0.5)
 
 
 def read_rows(path: Path | str) -> list[dict]:
@@ -61,10 +64,8 @@ def median_table(rows: list[dict]) -> dict[str, float]:
     return {key: statistics.median(values) for key, values in measured.items()}
 
 
-def best_found(table: dict, shape, family: str, trials: int, seed: int, sampler: str = "climb",
-               cache_path: Path | str | None = None) -> float:
-    """The GFLOPS of the config `mmtune tune` picks within `trials`, searching `family` at `shape`
-    with the table's results replayed (configs outside the table score 0)."""
-    request = TuneRequest(*shape, trials=trials, families=[family], sampler=sampler, seed=seed, jobs=1)
-    result = tune(request, Replay(table, default=0.0), cache_path, show_progress=False)
-    return result.row["gflops"]
+def best_found(table: dict, request: TuneRequest, cache_path: Path | str | None = None) -> float:
+    """The GFLOPS of the config `mmtune tune` picks for `request` (one worker) with the table's
+    results replayed (configs outside the table score 0)."""
+    result = tune(replace(request, jobs=1), Replay(table, default=0.0), cache_path, show_progress=False)
+    return result.row.gflops

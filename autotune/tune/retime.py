@@ -5,40 +5,40 @@ slower, since its figure is the truth now). The runtime never does this inside `
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 import kernels
 from autotune import backends
 from autotune.measure.isolation import Isolated
-from autotune.measure.measurement import device_info, measure, versions
+from autotune.measure.measurement import measure, versions
 from autotune.store import records
-from autotune.store.cache import Cache, row_key, stale
+from autotune.store.cache import Cache
+from autotune.store.rows import Row, stale
 from autotune.tune.finalists import FINAL_LAUNCHES
 from autotune.tune.workers import close_measurer
-from kernels.contract import Config
 
 
 @dataclass(frozen=True)
 class Retimed:
-    old: dict  # the stale row
-    new: dict | None  # the fresh row, or None if the config no longer runs or verifies
+    old: Row  # the stale row
+    new: Row | None  # the fresh row, or None if the config no longer runs or verifies
     error: str | None = None
 
 
-def stale_rows(cache: Cache, device: str, dtype: str | None = None, shipped: bool = True) -> list[dict]:
+def stale_rows(cache: Cache, device: str, dtype: str | None = None, shipped: bool = True) -> list[Row]:
     """Stale rows of this GPU model: the cache's, and the shipped records' where the cache has no
     current row for that shape."""
     hashes = kernels.source_hashes()
     cached = cache.rows(device, dtype)
     found = [r for r in cached if stale(r, hashes)]
     if shipped:
-        current = {row_key(r) for r in cached if not stale(r, hashes)}
-        found += [r for r in records.shipped_rows(device, dtype) if stale(r, hashes) and row_key(r) not in current]
+        current = {r.key for r in cached if not stale(r, hashes)}
+        found += [r for r in records.shipped_rows(device, dtype) if stale(r, hashes) and r.key not in current]
     distinct = {}
     for row in found:  # a config stale in the cache and in the records is measured once
-        distinct.setdefault((row_key(row), Config.of(row["family"], row["params"])), row)
+        distinct.setdefault((row.key, row.config), row)
     return list(distinct.values())
 
 
@@ -48,30 +48,32 @@ def retime_stale(cache: Cache | None = None, dtype: str | None = None, shipped: 
     cache = cache or Cache()
     cache.check_writable()
     backends.require_gpu()
-    device = device_info()
+    device = backends.current().device()
     measurer = measurer or Isolated(measure)
     hashes = kernels.source_hashes()
+    toolchain = versions()
     rng = np.random.default_rng(seed)
     done = []
     try:
-        for row in stale_rows(cache, device["device"], dtype, shipped):
+        for row in stale_rows(cache, device.name, dtype, shipped):
             if progress is not None:
                 progress(row)
-            shape = (row["m"], row["n"], row["k"])
             try:
-                kernel = kernels.build_for(row["family"], row["params"], row["dtype"], shape, row["layout"])
-                result = measurer(kernel, *shape, rng, repeat=FINAL_LAUNCHES, lock=str(cache.path.parent / "measure.lock"))
+                kernel = kernels.build_for(row.family, row.params, row.dtype, row.shape, row.layout)
+                lock = str(cache.path.parent / "measure.lock")
+                result = measurer(kernel, row.shape, rng, repeat=FINAL_LAUNCHES, lock=lock)
             except Exception as error:  # the config no longer builds or runs on today's code
                 done.append(Retimed(row, None, f"{type(error).__name__}: {error}"))
                 continue
             if not result.verification.ok:
                 done.append(Retimed(row, None, f"wrong result: {result.verification.describe()}"))
                 continue
-            new = {
-                **row, **device, "gflops": result.gflops, "median_ms": result.timing.median_ms,
-                "spread": result.timing.spread, "source_hash": hashes[row["family"]], "created": None,
-                **{k: v for k, v in versions().items() if k != "python"},
-            }
+            new = replace(
+                row, device=device.name, cc=device.cc, sm_count=device.sm_count, driver=device.driver,
+                gflops=result.gflops, median_ms=result.timing.median_ms, spread=result.timing.spread,
+                source_hash=hashes[row.family], created=None, numba=toolchain["numba"],
+                numba_cuda=toolchain["numba_cuda"],
+            )
             cache.record(new, hashes)
             done.append(Retimed(row, new))
     finally:

@@ -12,20 +12,24 @@ import hashlib
 import json
 import os
 import socket
+from dataclasses import dataclass
 
 import optuna
 from optuna.trial import TrialState
 
 import kernels
+from autotune.backends import Device
 from autotune.errors import SpaceMismatch
 from autotune.select.neighbours import ranked
 from autotune.space.configs import default_config, infeasibility
 from autotune.space.encoding import distributions, trial_params
 from autotune.space.guesses import few_rows_guess, shape_guesses, small_k_guess, stream_twin
-from autotune.store.cache import Cache, nearest_rows
+from autotune.space.problem import Problem
+from autotune.store.cache import Cache
 from autotune.store.records import closest_table, measured_tables, shipped_rows
+from autotune.store.rows import nearest_rows
 from autotune.tune.storage import masked, reap_dead_trials, setup_lock
-from kernels.contract import Config
+from kernels.contract import Config, DeviceLimits
 
 WARM_START_SHAPES = 3
 #: the nearest tuned configs whose tiles a cold study also tries streamed (autotune.space.guesses.stream_twin)
@@ -42,13 +46,26 @@ OWNER = f"{socket.gethostname()}:{os.getpid()}"  # who runs a trial: to tell aba
 SPACE_TAG = ":space-"
 
 
-def study_name(device: str, dtype: str, m: int, n: int, k: int, layout: str = "NN",
-               precision: str | None = None) -> str:
+@dataclass(frozen=True)
+class WarmStart:
+    """What a new study's first configs are chosen for: the problem, the GPU it is tuned on (the
+    problem's device: its compute capability and SMs), the families searched and the limits that
+    keep out what cannot run."""
+
+    problem: Problem
+    gpu: Device
+    families: list[str]
+    limits: DeviceLimits  # autotune.space.configs.GpuLimits where the compute capability is known
+
+
+def study_name(problem: Problem, narrowed: bool = False) -> str:
     """mmtune:DEVICE:DTYPE:MxNxK, :LAYOUT after it for operands in another layout than NN,
-    :PRECISION for a study of a precision that leaves families out (TuneRequest.study_precision),
-    then :space-HASH (space_hash)."""
-    return (f"mmtune:{device}:{dtype}:{m}x{n}x{k}" + ("" if layout == "NN" else f":{layout}")
-            + ("" if precision is None else f":{precision}") + SPACE_TAG + space_hash())
+    :PRECISION for a study of a precision that leaves families out (`narrowed`,
+    TuneRequest.study_precision), then :space-HASH (space_hash)."""
+    m, n, k = problem.shape
+    layout = "" if problem.layout == "NN" else f":{problem.layout}"
+    precision = f":{problem.precision}" if narrowed else ""
+    return f"mmtune:{problem.device}:{problem.dtype}:{m}x{n}x{k}{layout}{precision}{SPACE_TAG}{space_hash()}"
 
 
 def space_hash() -> str:
@@ -57,8 +74,7 @@ def space_hash() -> str:
     return hashlib.sha256(json.dumps(spaces, sort_keys=True).encode()).hexdigest()[:8]
 
 
-def open_study(storage, spec: str, name: str, sampler, cache: Cache, device: str, dtype: str, shape, families,
-               limits, sm_count: int = 0, cc: str | None = None, layout: str = "NN") -> optuna.Study:
+def open_study(storage, spec: str, name: str, sampler, cache: Cache, start: WarmStart) -> optuna.Study:
     """Create or resume the study; a new one is warm-started. Tuners started together on one
     shape take turns here (a file lock beside the cache; on PostgreSQL an advisory lock, which
     holds across hosts): Optuna's enqueue_trial may queue a config twice when processes call it
@@ -66,13 +82,13 @@ def open_study(storage, spec: str, name: str, sampler, cache: Cache, device: str
     with setup_lock(spec, name, cache.path.parent):
         study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="maximize",
                                     load_if_exists=True)
-        check_space(study, families, spec)
+        check_space(study, start.families, spec)
         fail_abandoned_trials(study, optuna.storages.get_storage(storage))
         reap_dead_trials(study)
         if not study.trials:
-            study.set_user_attr("shape", list(shape))
-            study.set_user_attr("dtype", dtype)
-            for config in warm_start(cache, device, dtype, shape, families, limits, sm_count, cc, layout):
+            study.set_user_attr("shape", list(start.problem.shape))
+            study.set_user_attr("dtype", start.problem.dtype)
+            for config in warm_start(cache, start):
                 study.enqueue_trial(trial_params(config), skip_if_exists=True)
     return study
 
@@ -130,47 +146,50 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def warm_start(cache: Cache, device: str, dtype: str, shape, families: list[str], limits,
-               sm_count: int = 0, cc: str | None = None, layout: str = "NN") -> list[Config]:
+def warm_start(cache: Cache, start: WarmStart) -> list[Config]:
     """The config lookup's rules give a product of a few rows or a short K in `layout`
     (autotune.space.guesses.few_rows_guess, small_k_guess), the configs the shape rule picks for skinny and
     few-tile shapes (autotune.space.guesses.shape_guesses), the
     measured table's MEASURED_GUESSES best candidates for the shape (measured_guesses), the
     bests of the nearest tuned shapes, the first STREAM_TWINS of them also as stream-K twins
     (autotune.space.guesses.stream_twin) after the first (cached, then shipped; then shipped for other GPU models of
-    compute capability `cc`, which lookup serves this one until it has rows of its own), then the
+    this GPU's compute capability, which lookup serves it until it has rows of its own), then the
     default config of each family searched, best guess first (kernels.FAMILIES order). Workers
     starting together climb from the first queued config (autotune.tune.samplers), so it should be the
     best guess."""
-    tuned = cache.nearest(device, dtype, *shape, WARM_START_SHAPES)
+    problem, gpu, limits = start.problem, start.gpu, start.limits
+    device, dtype, shape, sm_count, cc = problem.device, problem.dtype, problem.shape, gpu.sm_count, gpu.cc
+    tuned = cache.nearest(device, dtype, shape, WARM_START_SHAPES)
     tuned += nearest_rows(shipped_rows(device, dtype), shape, WARM_START_SHAPES)
     if cc:
-        kin = [row for row in shipped_rows(None, dtype) if row["device"] != device and row.get("cc") == cc]
+        kin = [row for row in shipped_rows(None, dtype) if row.device != device and row.cc == cc]
         tuned += nearest_rows(kin, shape, WARM_START_SHAPES)
-    rules = [few_rows_guess(*shape, dtype, limits, sm_count, layout=layout), small_k_guess(*shape, dtype, limits, sm_count)]
+    rules = [few_rows_guess(shape, dtype, limits, sm_count, layout=problem.layout),
+             small_k_guess(shape, dtype, limits, sm_count)]
     candidates = [config for config in rules if config is not None]
-    candidates += shape_guesses(*shape, dtype, limits, sm_count, cc) if sm_count else []
-    candidates += measured_guesses(device, cc, dtype, shape, sm_count, limits)
-    nearest = [Config.of(row["family"], row["params"]) for _, row in tuned]
+    candidates += shape_guesses(shape, dtype, limits, sm_count, cc) if sm_count else []
+    candidates += measured_guesses(start)
+    nearest = [row.config for _, row in tuned]
     candidates += nearest[:1] + [twin for twin in map(stream_twin, nearest[:STREAM_TWINS]) if twin] + nearest[1:]
-    candidates += [Config.of(f, default_config(f)) for f in kernels.FAMILIES if f in families]
+    candidates += [Config.of(f, default_config(f)) for f in kernels.FAMILIES if f in start.families]
     chosen = []
     for config in candidates:
-        if (config.family in families and config not in chosen
+        if (config.family in start.families and config not in chosen
                 and infeasibility(config.family, config.params, dtype, limits) is None):
             chosen.append(config)
     return chosen
 
 
-def measured_guesses(device: str, cc: str | None, dtype: str, shape, sm_count: int, limits) -> list[Config]:
+def measured_guesses(start: WarmStart) -> list[Config]:
     """The MEASURED_GUESSES candidates that the measured table of the GPU closest to this one
     (records.closest_table: this model, its architecture, else another) rates best for the shape
-    (autotune.select.neighbours), as lookup picks from it; `limits` (space.GpuLimits) keep out the
+    (autotune.select.neighbours), as lookup picks from it; the limits (space.GpuLimits) keep out the
     instructions this GPU lacks."""
-    found = closest_table(measured_tables(), dtype, device, cc or "", sm_count)
-    if found is None or not sm_count:
+    dtype, limits = start.problem.dtype, start.limits
+    found = closest_table(measured_tables(), dtype, start.gpu)
+    if found is None or not start.gpu.sm_count:
         return []
     table = found[1]
-    picks = ranked(table, *shape, sm_count, count=MEASURED_GUESSES,
+    picks = ranked(table, start.problem.shape, start.gpu.sm_count, count=MEASURED_GUESSES,
                    feasible=lambda family, params: infeasibility(family, params, dtype, limits) is None)
     return [Config.of(pick.family, pick.config) for pick in picks]

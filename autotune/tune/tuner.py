@@ -22,18 +22,20 @@ import kernels
 from autotune import backends
 from autotune.errors import StoreError, TuneError
 from autotune.measure.isolation import Isolated
-from autotune.measure.measurement import device_info, measure
+from autotune.measure.measurement import measure
 from autotune.space.configs import FAMILY_NAMES, device_limits, families_for, feasible_configs, runs_on
 from autotune.space.precision import PRECISIONS
 from autotune.space.precision import resolve as resolve_precision
+from autotune.space.problem import Problem
 from autotune.store.cache import Cache
+from autotune.store.rows import Row
 from autotune.tune import finalists
 from autotune.tune.fleet import offer_winner
 from autotune.tune.progress import Progress
 from autotune.tune.samplers import SamplerError, make_sampler
 from autotune.tune.storage import masked, open_storage, storage_errors, storage_spec
-from autotune.tune.study import SpaceMismatch, measured_trials, open_study, study_name
-from autotune.tune.workers import Measurer, Search, WorkersDied, close_measurer, run_workers
+from autotune.tune.study import SpaceMismatch, WarmStart, measured_trials, open_study, study_name
+from autotune.tune.workers import Measurer, Search, StudyRun, WorkersDied, close_measurer, run_workers
 
 MAX_DEFAULT_JOBS = 16  # each worker holds a CUDA context and a measuring child with another
 #: host memory a worker process and its measuring child take together: each imports numba, optuna
@@ -204,7 +206,7 @@ class TuneRequest:
 
 @dataclass
 class TuneResult:
-    row: dict | None  # the winner as written to (or offered to) the cache; None if nothing verified
+    row: Row | None  # the winner as written to (or offered to) the cache; None if nothing verified
     written: bool  # False when the cache already held a faster row for this key
     study_name: str
     storage: str
@@ -234,47 +236,51 @@ def _tune(request: TuneRequest, measurer: Measurer | None, cache_path: Path | st
     backends.require_gpu()
     request.check_fits()
     started = time.perf_counter()
-    device, limits, cache = device_info(), device_limits(), Cache(cache_path)
+    device, limits, cache = backends.current().device(), device_limits(), Cache(cache_path)
     cache.check_writable()  # before the search whose end is a write
     measurer = measurer or Isolated(measure, request.trial_timeout)
-    cc = device.get("cc")
-    request = replace(request, families=request.families_on(cc), precision=request.precision_on(cc))
+    request = replace(request, families=request.families_on(device.cc), precision=request.precision_on(device.cc))
+    problem = Problem(device=device.name, dtype=request.dtype, m=request.m, n=request.n, k=request.k,
+                      layout=request.layout, precision=request.precision)
     spec = storage_spec(request.storage, cache)
-    name = study_name(device["device"], request.dtype, *request.shape, request.layout, request.study_precision(cc))
+    name = study_name(problem, narrowed=request.study_precision(device.cc) is not None)
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # failed trials are reported by us
     try:
         try:
             sampler = make_sampler(request.sampler, request.seed, request.dtype, limits)
-            study = open_study(open_storage(spec), spec, name, sampler, cache, device["device"], request.dtype,
-                               request.shape, request.families, limits, device.get("sm_count") or 0, device.get("cc"),
-                               request.layout)
+            start = WarmStart(problem=problem, gpu=device, families=request.families, limits=limits)
+            study = open_study(open_storage(spec), spec, name, sampler, cache, start)
         except (SamplerError, SpaceMismatch) as error:
             raise TuneError(str(error)) from None
         before = len(measured_trials(study))
         feasible = sum(len(feasible_configs(f, request.dtype, limits)) for f in request.families)
-        goal = min(request.trials, feasible)
-        with Progress(show_progress, before, goal, request.timeout, finalists.FINALISTS) as progress:
-            if before < goal:
+        run = StudyRun(name=name, spec=spec, sampler=request.sampler, seed=request.seed,
+                       goal=min(request.trials, feasible), timeout=request.timeout)
+        with Progress(enabled=show_progress, done=before, total=run.goal, timeout=request.timeout,
+                      finalists=finalists.FINALISTS) as progress:
+            if before < run.goal:
                 if request.jobs > 1 or request.gpus:
                     getattr(measurer, "start", lambda: None)()  # ready for the finalists when the workers end
-                _search(request, study, measurer, limits, cache.path.parent, name, spec, goal, progress)
-            finalists.retime(study, measurer, request.shape, request.dtype, request.seed, progress.retiming,
-                             lock=str(cache.path.parent / "measure.lock"), layout=request.layout)
-        row = finalists.winner_row(study, request.shape, request.dtype, device, request.layout)
+                search = Search(shape=request.shape, dtype=request.dtype, families=request.families, seed=request.seed,
+                                limits=limits, measurer=measurer, lock=None, layout=request.layout)
+                _search(request, search, run, study, cache.path.parent, progress)
+            lock = str(cache.path.parent / "measure.lock")
+            finalists.retime(finalists.Retiming(study, problem, lock, progress.retiming), measurer, request.seed)
+        row = finalists.winner_row(study, problem, device)
     finally:
         optuna.logging.set_verbosity(verbosity)
         close_measurer(measurer)
     measured = measured_trials(study)
     written = False
     if row is not None:
-        row.update(trials=len(measured), study=name)
+        row = replace(row, trials=len(measured), study=name)
         hashes = kernels.source_hashes()
         offer_winner(study, row, spec, cache.path.parent, hashes)
         written = cache.record(row, hashes)
-        kept = cache.rows(row["device"], request.dtype, request.shape, request.layout)
-        _keep_kernel(next((r for r in kept if r["precision"] == row["precision"]), row),
-                     tuple(r for r in kept if r["precision"] != row["precision"]))
+        kept = cache.rows(row.device, request.dtype, request.shape, request.layout)
+        _keep_kernel(next((r for r in kept if r.precision == row.precision), row),
+                     tuple(r for r in kept if r.precision != row.precision))
     return TuneResult(
         row=row, written=written, study_name=name, storage=masked(spec), trials=len(measured),
         new_trials=len(measured) - before, failed=sum(t.state == optuna.trial.TrialState.FAIL for t in measured),
@@ -282,7 +288,7 @@ def _tune(request: TuneRequest, measurer: Measurer | None, cache_path: Path | st
     )
 
 
-def _keep_kernel(row: dict, rivals: tuple[dict, ...]) -> None:
+def _keep_kernel(row: Row, rivals: tuple[Row, ...]) -> None:
     """Compile the cache's kernel for this shape into the kernel store (autotune.store.cubins), so that a
     fresh process launches it without compiling, and remember which of it and its `rivals` (the
     cache's rows of the shape in other precisions) each precision gets; a failure there does not
@@ -295,16 +301,12 @@ def _keep_kernel(row: dict, rivals: tuple[dict, ...]) -> None:
         warnings.warn(f"mmtune: the kernel was not kept in the kernel store: {error}", stacklevel=2)
 
 
-def _search(request: TuneRequest, study, measurer, limits, lock_dir: Path, name: str, spec: str, goal: int,
-            progress: Progress) -> None:
-    search = Search(request.shape, request.dtype, request.families, request.seed, limits, measurer, None,
-                    request.layout)
+def _search(request: TuneRequest, search: Search, run: StudyRun, study, lock_dir: Path, progress: Progress) -> None:
     if request.jobs == 1 and not request.gpus:
-        search.run(study, goal, request.timeout, [progress.update])
+        search.run(study, run.goal, run.timeout, [progress.update])
         return
     placement = [gpu for gpu in (request.gpus or [None]) for _ in range(request.jobs)]
     try:
-        run_workers(search, placement, lock_dir, name, spec, request.sampler, request.seed, goal, request.timeout,
-                    study, progress)
+        run_workers(search, run, placement, lock_dir, study, progress)
     except WorkersDied as error:
         raise TuneError(str(error)) from None

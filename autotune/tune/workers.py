@@ -29,7 +29,7 @@ PROPOSALS_PER_TRIAL = 50  # give up if the sampler keeps proposing infeasible or
 INFRASTRUCTURE_LIMIT = 3
 INFRASTRUCTURE_EXIT = 3  # a worker process's exit status when they stopped it
 
-#: measure(kernel, m, n, k, rng, repeat=..., lock=...) -> Measurement; by default autotune.measure.measurement.measure
+#: measure(kernel, shape, rng, repeat=..., lock=...) -> Measurement; by default autotune.measure.measurement.measure
 #: in an isolated child process; tests pass one that replays recorded results
 Measurer = Callable[..., Measurement]
 
@@ -125,17 +125,29 @@ class Search:
         )
 
 
-def _work(search: Search, name: str, spec: str, sampler: str, seed: int | None, goal: int, timeout,
-          gpu: int | None = None) -> None:
+@dataclass(frozen=True)
+class StudyRun:
+    """Which study a search process works on, and until when: `goal` measured trials, or
+    `timeout` seconds."""
+
+    name: str
+    spec: str  # the storage (autotune.tune.storage.storage_spec)
+    sampler: str
+    seed: int | None
+    goal: int
+    timeout: float | None
+
+
+def _work(search: Search, run: StudyRun, gpu: int | None = None) -> None:
     """A worker process: its own CUDA context (on `gpu`, if given), the shared study."""
     if gpu is not None:  # before CUDA is initialized in this process (and its measuring child)
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    chosen = make_sampler(sampler, seed, search.dtype, search.limits)
+    chosen = make_sampler(run.sampler, run.seed, search.dtype, search.limits)
     try:
-        with storage_errors(spec):
-            study = optuna.load_study(study_name=name, storage=open_storage(spec), sampler=chosen)
-            search.run(study, goal, timeout)
+        with storage_errors(run.spec):
+            study = optuna.load_study(study_name=run.name, storage=open_storage(run.spec), sampler=chosen)
+            search.run(study, run.goal, run.timeout)
     except StorageError as error:  # one line (its URL masked), not a worker's traceback
         sys.stderr.write(f"worker {os.getpid()}: {error}\n")
         sys.exit(2)
@@ -152,15 +164,15 @@ def close_measurer(measurer) -> None:
         close()
 
 
-def run_workers(search: Search, placement: list, lock_dir, name: str, spec: str, sampler: str, seed: int | None,
-                goal: int, timeout, study: optuna.Study, progress) -> None:
-    """One worker process per entry of `placement` (a GPU index, or None for the current GPU)."""
+def run_workers(search: Search, run: StudyRun, placement: list, lock_dir, study: optuna.Study, progress) -> None:
+    """One worker process per entry of `placement` (a GPU index, or None for the current GPU),
+    each seeded apart."""
     context = multiprocessing.get_context("spawn")  # a CUDA context must not be forked
     workers = []
     for i, gpu in enumerate(placement):
         lock = str(lock_dir / ("measure.lock" if gpu is None else f"measure-gpu{gpu}.lock"))
-        args = (replace(search, lock=lock), name, spec, sampler, None if seed is None else seed + i, goal, timeout, gpu)
-        workers.append(context.Process(target=_work, args=args))
+        seeded = replace(run, seed=None if run.seed is None else run.seed + i)
+        workers.append(context.Process(target=_work, args=(replace(search, lock=lock), seeded, gpu)))
     for worker in workers:
         worker.start()
     while any(worker.is_alive() for worker in workers):
@@ -178,7 +190,7 @@ def run_workers(search: Search, placement: list, lock_dir, name: str, spec: str,
 
 def _measure_trial(trial, measurer, kernel, shape, rng, lock=None) -> float:
     try:
-        result = measurer(kernel, *shape, rng, lock=lock)
+        result = measurer(kernel, shape, rng, lock=lock)
     except InfrastructureFailure:
         raise
     except Exception as error:  # compile or launch failure: this config's verdict

@@ -1,0 +1,199 @@
+"""What a row is: one verified best config for one problem, as the cache holds it, the shipped
+records ship it and the export format carries it, and the one rule for which of two rows stays.
+
+A row's data is a `Row`; JSON (the export format, the records files) and SQLite hold its `as_dict()`
+with params as an object or as JSON text. `Row.of` reads either, filling what older rows lack: the
+layout (NN) and the precision (its family's, autotune.space.precision.of_row).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from autotune.errors import RecordsError
+from autotune.space.precision import PRECISIONS, of_row
+from autotune.space.problem import Problem
+from kernels import DTYPE_NAMES, Config
+from kernels.rules import LAYOUTS
+
+#: rows written before layouts existed, and records files without the field, are NN
+DEFAULT_LAYOUT = "NN"
+#: the column types of a row, in its column order (the cache's table and the records files)
+COLUMNS = {
+    "device": str, "dtype": str, "m": int, "n": int, "k": int,
+    "family": str, "params": str, "gflops": float, "median_ms": float, "spread": float,
+    "trials": int, "cc": str, "driver": str, "numba": str, "numba_cuda": str,
+    "source_hash": str, "created": str, "study": str, "sm_count": int, "layout": str, "precision": str,
+}
+KEY = ("device", "dtype", "m", "n", "k", "layout", "precision")
+REQUIRED = ("device", "dtype", "m", "n", "k", "family", "params", "gflops")
+
+
+@dataclass(frozen=True)
+class Row:
+    """A verified best config: the problem it was tuned for, the config and how fast it ran, and
+    where (GPU, toolchain, kernel code). Frozen, but `params` is a dict: rows are compared, not
+    hashed, and a changed row is a new one (dataclasses.replace)."""
+
+    device: str
+    dtype: str
+    m: int
+    n: int
+    k: int
+    family: str
+    params: dict
+    gflops: float
+    median_ms: float | None = None
+    spread: float | None = None
+    trials: int | None = None
+    cc: str | None = None
+    driver: str | None = None
+    numba: str | None = None
+    numba_cuda: str | None = None
+    source_hash: str | None = None
+    created: str | None = None
+    study: str | None = None
+    sm_count: int | None = None
+    layout: str = DEFAULT_LAYOUT
+    #: "" (unrecorded) reads as what its family computed before rows recorded it (of_row)
+    precision: str = ""
+
+    def __post_init__(self) -> None:
+        missing = [c for c in REQUIRED if getattr(self, c) is None]
+        if missing:
+            raise RecordsError(f"a row lacks {', '.join(missing)}")
+        if not self.layout:
+            object.__setattr__(self, "layout", DEFAULT_LAYOUT)
+        if not self.precision:
+            object.__setattr__(self, "precision", of_row({"family": self.family}))
+
+    @classmethod
+    def of(cls, data) -> "Row":
+        """A row from its dict (JSON, SQLite or `as_dict`), params as an object or as JSON text;
+        a Row as it is."""
+        if isinstance(data, Row):
+            return data
+        values = {c: data.get(c) for c in COLUMNS if data.get(c) is not None}
+        if isinstance(values.get("params"), str):
+            values["params"] = json.loads(values["params"])
+        missing = [c for c in REQUIRED if c not in values]
+        if missing:
+            raise RecordsError(f"a row lacks {', '.join(missing)}")
+        values["precision"] = of_row(data)
+        return cls(**values)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return self.m, self.n, self.k
+
+    @property
+    def config(self) -> Config:
+        return Config.of(self.family, self.params)
+
+    @property
+    def problem(self) -> Problem:
+        return Problem(device=self.device, dtype=self.dtype, m=self.m, n=self.n, k=self.k, layout=self.layout,
+                       precision=self.precision)
+
+    @property
+    def key(self) -> tuple:
+        """The row's KEY: one row per key in the cache and in a records file."""
+        return tuple(getattr(self, c) for c in KEY)
+
+
+assert [f.name for f in fields(Row)] == list(COLUMNS), "Row's fields are the cache's columns"
+
+
+def validate_records(rows) -> list[Row]:
+    """Rows of the export format (a JSON list of cache rows), checked; RecordsError if malformed."""
+    if not isinstance(rows, list):
+        raise RecordsError("expected a JSON list of cache rows")
+    for i, row in enumerate(rows):
+        row = row.as_dict() if isinstance(row, Row) else row
+        if not isinstance(row, dict):
+            raise RecordsError(f"row {i}: not an object")
+        for column in REQUIRED:
+            value = row.get(column)
+            kind = COLUMNS[column]
+            if column == "params":
+                ok = isinstance(value, dict)
+            elif kind is float:
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
+            elif kind is int:
+                ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+            else:
+                ok = isinstance(value, str) and value != ""
+            if not ok:
+                raise RecordsError(f"row {i}: {column} is missing or invalid ({value!r})")
+        if row["dtype"] not in DTYPE_NAMES:
+            raise RecordsError(f"row {i}: dtype is invalid ({row['dtype']!r}); known: {', '.join(DTYPE_NAMES)}")
+        if row.get("layout") not in (None, *LAYOUTS):
+            raise RecordsError(f"row {i}: layout is invalid ({row['layout']!r}); known: {', '.join(LAYOUTS)}")
+        if row.get("precision") not in (None, *PRECISIONS):
+            raise RecordsError(f"row {i}: precision is invalid ({row['precision']!r}); "
+                               f"known: {', '.join(PRECISIONS)}")
+        unknown = set(row) - set(COLUMNS)
+        if unknown:
+            raise RecordsError(f"row {i}: unknown fields {sorted(unknown)}")
+    return [Row.of(row) for row in rows]
+
+
+def read_records(path: Path) -> list[Row]:
+    try:
+        rows = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as error:
+        raise RecordsError(f"{path}: {error}") from None
+    try:
+        return validate_records(rows)
+    except RecordsError as error:
+        raise RecordsError(f"{path}: {error}") from None
+
+
+def shape_distance(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
+    """Distance between two shapes on a log2 scale: sqrt(sum(log2(a_i / b_i)^2)).
+    Doubling one dimension is distance 1; 1024^3 to 2048^3 is sqrt(3) = 1.73. An empty dimension
+    counts as 1 (an empty product still looks up a kernel)."""
+    return math.sqrt(sum(math.log2(max(x, 1) / max(y, 1)) ** 2 for x, y in zip(a, b)))
+
+
+def nearest_rows(rows: list[Row], shape: tuple[int, int, int], count: int = 1) -> list[tuple[float, Row]]:
+    ranked = sorted(rows, key=lambda r: shape_distance(shape, r.shape))
+    return [(shape_distance(shape, r.shape), r) for r in ranked[:count]]
+
+
+#: a family's source hash -> today's, for code that compiles to the same PTX: the kernels package
+#: was split into modules (docs/performance.md, step 36) and its records built with keywords (step
+#: 37) without changing a kernel, so rows measured before are as current as rows measured after
+SAME_CODE = {
+    **dict.fromkeys(("92a2f9cb3c20600d", "6a57709fa72b5733"), "89edf771b001b7a4"),  # dmma
+    **dict.fromkeys(("5730437b47257c87", "d61c556e72e71093"), "dc50226632e9b3d6"),  # tf32x3
+    **dict.fromkeys(("e861213c0d10400a", "46c18dbcbf6be0a5"), "8bfff77fd2b69181"),  # vector
+    **dict.fromkeys(("024e9be007ffe58e", "6ed1b233e63c12f5"), "a33334a5730dbff2"),  # splitk
+    **dict.fromkeys(("9faa27bb94ff2549", "33b95ce9173d3f11"), "beff4388ac50a64f"),  # register
+    **dict.fromkeys(("1a82cd700f036fbe", "5f8a8fd988161645"), "1f51d55730bc962d"),  # streamk
+    **dict.fromkeys(("687c37588c4a272d", "9494a3693ddb1d38"), "6593e5ba1481ebdf"),  # shared
+    **dict.fromkeys(("12e0e5b192388d20", "2e3511c1db883466"), "39bd8c44bbf5af2b"),  # naive
+    **dict.fromkeys(("af5a4f573c8c0324", "4309187d0a165526"), "466212c4e24018b6"),  # gemv
+}
+
+
+def stale(row: Row, source_hashes: dict[str, str]) -> bool:
+    """Whether `row` was measured on other kernel code than today's (`kernels.source_hashes()`)."""
+    return SAME_CODE.get(row.source_hash, row.source_hash) != source_hashes.get(row.family)
+
+
+def replaces(new: Row, old: Row, source_hashes: dict[str, str] | None) -> bool:
+    """Whether `new` should take `old`'s place (same key): of a current row and a stale one, the
+    current one stays; otherwise the faster. Without `source_hashes`, the faster. The one rule
+    for the cache, the shipped records and a fleet's study winners."""
+    if source_hashes:
+        new_stale, old_stale = stale(new, source_hashes), stale(old, source_hashes)
+        if new_stale != old_stale:
+            return old_stale
+    return new.gflops > old.gflops
