@@ -17,6 +17,14 @@ if not ON_GPU:
     import autotune.backends.simulator  # noqa: E402,F401  its barriers, for kernels launched without the backend
 
 
+def on(limits, sm_count: int, cc: str | None = None):
+    """A GPU as the shape rules see it (autotune.space.configs.GpuLimits): `limits`, with SMs, of
+    compute capability `cc` (default: the one `limits` carry, if any)."""
+    from autotune.space.configs import GpuLimits
+
+    return GpuLimits.of(limits, getattr(limits, "cc", "") if cc is None else cc, sm_count)
+
+
 @pytest.fixture
 def rng(request):
     """A generator seeded per test, so a failure reproduces."""

@@ -17,6 +17,7 @@ from autotune.space.encoding import suggest, trial_params
 from kernels import dmma
 from kernels.base import Config
 from kernels.resources import parse_report
+from conftest import on
 
 LIMITS = DeviceLimits()
 REG = dict(kernels.family("register").default)
@@ -163,43 +164,43 @@ def test_shape_guesses_fit_skinny_and_few_tile_shapes():
     """Skinny: the short side in one tile of the next power of 2 and K split for two waves of
     blocks; few tiles: 64x64 tiles; big squares: nothing (the tuned records serve them)."""
     hopper = DeviceLimits.for_cc("9.0")
-    split, plain = shape_guesses((16, 8192, 8192), "float32", hopper, 132)
+    split, plain = shape_guesses((16, 8192, 8192), "float32", on(hopper, 132))
     assert (split.family, plain.family) == ("splitk", "vector")
     assert (split.params["bm"], split.params["bn"]) == (16, 128)
     assert 8192 // 128 * split.params["splits"] >= 2 * 132 > 8192 // 128 * split.params["splits"] // 2
-    tall = shape_guesses((8192, 48, 8192), "float32", hopper, 132)[0]
+    tall = shape_guesses((8192, 48, 8192), "float32", on(hopper, 132))[0]
     assert (tall.params["bm"], tall.params["bn"]) == (128, 64)
-    few = shape_guesses((1000, 1000, 100), "float32", hopper, 132)
+    few = shape_guesses((1000, 1000, 100), "float32", on(hopper, 132))
     assert [c.family for c in few] == ["vector"] and few[0].params["bm"] == 64  # K too short to split
-    assert shape_guesses((4096, 4096, 4096), "float32", hopper, 132) == []
-    for config in shape_guesses((20, 30, 5000), "float32", hopper, 132):
+    assert shape_guesses((4096, 4096, 4096), "float32", on(hopper, 132)) == []
+    for config in shape_guesses((20, 30, 5000), "float32", on(hopper, 132)):
         assert infeasibility(config.family, config.params, "float32", hopper) is None
 
 
 def test_float64_takes_the_fp64_tensor_cores_by_compute_capability():
     hopper = DeviceLimits.for_cc("9.0")
-    guesses = shape_guesses((4096, 4096, 4096), "float64", hopper, 132, "9.0")
+    guesses = shape_guesses((4096, 4096, 4096), "float64", on(hopper, 132, "9.0"))
     assert guesses[0].family == "dmma" and guesses[0].params == {**DMMA_TILE, "mma": "m16n8k4", "splits": 1}
-    split, whole = shape_guesses((512, 512, 16384), "float64", hopper, 132, "9.0")[:2]  # 32 tiles: split for 2 waves
+    split, whole = shape_guesses((512, 512, 16384), "float64", on(hopper, 132, "9.0"))[:2]  # 32 tiles: split for 2 waves
     assert (split.params["splits"], whole.params["splits"]) == (16, 1)
-    assert shape_guesses((4096, 4096, 4096), "float64", DeviceLimits.for_cc("8.0"), 108, "8.0")[0].params["mma"] == "m8n8k4"
+    assert shape_guesses((4096, 4096, 4096), "float64", on(DeviceLimits.for_cc("8.0"), 108, "8.0"))[0].params["mma"] == "m8n8k4"
     for dtype, cc in (("float64", "7.5"), ("float64", "8.6"), ("float64", None), ("float32", "9.0")):
-        assert all(g.family != "dmma" for g in shape_guesses((4096, 4096, 4096), dtype, hopper, 132, cc))
+        assert all(g.family != "dmma" for g in shape_guesses((4096, 4096, 4096), dtype, on(hopper, 132, cc)))
     assert families_for("float64")[0] == "dmma" and "dmma" not in families_for("float32")
 
 
 def test_float32_takes_three_tf32_products_on_data_center_gpus_from_sm80_on():
     hopper = DeviceLimits.for_cc("9.0")
-    guesses = shape_guesses((4096, 4096, 4096), "float32", hopper, 132, "9.0")
+    guesses = shape_guesses((4096, 4096, 4096), "float32", on(hopper, 132, "9.0"))
     assert guesses[0].family == "tf32x3" and guesses[0].params == {**TF32X3_TILE, "mma": "m16n8k8", "splits": 1}
-    split, whole = shape_guesses((512, 512, 16384), "float32", hopper, 132, "9.0")[:2]  # 32 tiles: split for 2 waves
+    split, whole = shape_guesses((512, 512, 16384), "float32", on(hopper, 132, "9.0"))[:2]  # 32 tiles: split for 2 waves
     assert (split.family, whole.family) == ("tf32x3", "tf32x3")
     assert (split.params["splits"], whole.params["splits"]) == (16, 1)
-    ampere = shape_guesses((4096, 4096, 4096), "float32", DeviceLimits.for_cc("8.0"), 108, "8.0")[0]
+    ampere = shape_guesses((4096, 4096, 4096), "float32", on(DeviceLimits.for_cc("8.0"), 108, "8.0"))[0]
     assert (ampere.family, ampere.params["mma"]) == ("tf32x3", "m16n8k8")
     for dtype, cc in (("float32", "7.0"), ("float32", "7.5"), ("float32", "8.6"), ("float32", "8.9"), ("float32", None),
                       ("float64", "9.0"), ("int32", "9.0")):
-        assert all(g.family != "tf32x3" for g in shape_guesses((4096, 4096, 4096), dtype, hopper, 132, cc))
+        assert all(g.family != "tf32x3" for g in shape_guesses((4096, 4096, 4096), dtype, on(hopper, 132, cc)))
     assert families_for("float32")[0] == "tf32x3" and "dmma" not in families_for("float32")
     assert "tf32x3" not in families_for("float64") and "tf32x3" not in families_for("int32")
 
@@ -260,10 +261,10 @@ def test_configs_use_only_the_instructions_their_gpu_has():
 def test_the_shape_rule_pipelines_through_registers_where_cp_async_is_missing():
     t4 = GpuLimits.for_cc("7.5")
     for shape in ((16, 8192, 8192), (512, 512, 4096), (8192, 16, 8192)):  # skinny, few tiles, skinny
-        guesses = shape_guesses(shape, "float32", t4, 40, "7.5")
+        guesses = shape_guesses(shape, "float32", on(t4, 40, "7.5"))
         assert guesses and all(infeasibility(g.family, g.params, "float32", t4) is None for g in guesses)
         assert all(g.family == "vector" and g.params["stages"] == 2 and not g.params["async_copy"] for g in guesses)
-    on_h200 = shape_guesses((16, 8192, 8192), "float32", GpuLimits.for_cc("9.0"), 132, "9.0")
+    on_h200 = shape_guesses((16, 8192, 8192), "float32", on(GpuLimits.for_cc("9.0"), 132, "9.0"))
     assert any(g.params.get("async_copy") and g.params["stages"] == 4 for g in on_h200)
 
 
@@ -291,47 +292,47 @@ def test_a_tile_families_config_has_a_stream_k_twin():
 
 def test_products_of_a_few_rows_get_the_16_row_tile_with_k_split_for_three_waves():
     limits = GpuLimits.for_cc("9.0")
-    guess = few_rows_guess((9, 5003, 1031), "float32", limits, 132)
+    guess = few_rows_guess((9, 5003, 1031), "float32", on(limits, 132))
     assert guess == Config.of("splitk", {**FEW_ROWS_TILE, "splits": 16})  # 40 tiles x 16 >= 3 waves of 132
-    assert few_rows_guess((8, 1024, 4096), "float32", limits, 132).params["splits"] == 64
-    assert few_rows_guess((9, 1555, 333), "float32", limits, 132).params["splits"] == 8  # 2 k-steps a split
-    assert few_rows_guess((9, 5003, 1031), "float32", limits, 132, deterministic=True) == Config.of("vector", FEW_ROWS_TILE)
-    assert few_rows_guess((15, 64, 40), "float32", limits, 132) == Config.of("vector", FEW_ROWS_TILE)  # K too short to split
-    assert few_rows_guess((1, 5003, 1031), "float64", limits, 132).family == "splitk"  # gemv's rule is float32's
-    assert few_rows_guess((16, 5003, 1031), "float32", limits, 132) is None  # a whole 16-row tile: lookup's other steps
-    assert few_rows_guess((9, 5003, 1031), "float32", limits, 0) is None  # SM count unknown
-    assert few_rows_guess((9, 5003, 1031), "float32", GpuLimits.for_cc("8.0"), 108) is None  # no 16-byte float32 adds
+    assert few_rows_guess((8, 1024, 4096), "float32", on(limits, 132)).params["splits"] == 64
+    assert few_rows_guess((9, 1555, 333), "float32", on(limits, 132)).params["splits"] == 8  # 2 k-steps a split
+    assert few_rows_guess((9, 5003, 1031), "float32", on(limits, 132), deterministic=True) == Config.of("vector", FEW_ROWS_TILE)
+    assert few_rows_guess((15, 64, 40), "float32", on(limits, 132)) == Config.of("vector", FEW_ROWS_TILE)  # K too short to split
+    assert few_rows_guess((1, 5003, 1031), "float64", on(limits, 132)).family == "splitk"  # gemv's rule is float32's
+    assert few_rows_guess((16, 5003, 1031), "float32", on(limits, 132)) is None  # a whole 16-row tile: lookup's other steps
+    assert few_rows_guess((9, 5003, 1031), "float32", on(limits, 0)) is None  # SM count unknown
+    assert few_rows_guess((9, 5003, 1031), "float32", on(GpuLimits.for_cc("8.0"), 108)) is None  # no 16-byte float32 adds
 
 
 def test_products_of_up_to_4_rows_stream_b_once_with_k_split_by_the_rule():
     limits = GpuLimits.for_cc("9.0")
     # B's rows in memory: 64 columns a block; K split while 128 k's a split and 8 blocks per SM remain
-    assert few_rows_guess((1, 4096, 1024), "float32", limits, 132) == Config.of(
+    assert few_rows_guess((1, 4096, 1024), "float32", on(limits, 132)) == Config.of(
         "gemv", {**GEMV_TILES["N"], "rows": 1, "splits": 8})
-    assert few_rows_guess((1, 16384, 4096), "float32", limits, 132).params["splits"] == 4  # 256 tiles x 4 <= 8 x 132
-    assert few_rows_guess((3, 5000, 1000), "float32", limits, 132).params == {**GEMV_TILES["N"], "rows": 4, "splits": 4}
+    assert few_rows_guess((1, 16384, 4096), "float32", on(limits, 132)).params["splits"] == 4  # 256 tiles x 4 <= 8 x 132
+    assert few_rows_guess((3, 5000, 1000), "float32", on(limits, 132)).params == {**GEMV_TILES["N"], "rows": 4, "splits": 4}
     # B's columns in memory (x @ W.T): 16 columns a block, 1024 k's a split at least
-    assert few_rows_guess((1, 4096, 1024), "float32", limits, 132, layout="NT") == Config.of(
+    assert few_rows_guess((1, 4096, 1024), "float32", on(limits, 132), layout="NT") == Config.of(
         "gemv", {**GEMV_TILES["T"], "rows": 1, "splits": 1})
-    assert few_rows_guess((2, 2048, 2048), "float32", limits, 132, layout="TT").params["splits"] == 2
-    assert few_rows_guess((1, 8192, 8192), "float32", limits, 132, layout="NT").params["splits"] == 2  # 512 tiles
-    assert few_rows_guess((1, 4096, 1024), "float32", limits, 132, deterministic=True).params["splits"] == 1
+    assert few_rows_guess((2, 2048, 2048), "float32", on(limits, 132), layout="TT").params["splits"] == 2
+    assert few_rows_guess((1, 8192, 8192), "float32", on(limits, 132), layout="NT").params["splits"] == 2  # 512 tiles
+    assert few_rows_guess((1, 4096, 1024), "float32", on(limits, 132), deterministic=True).params["splits"] == 1
     # adds one element at a time, which every architecture has
-    assert few_rows_guess((1, 4096, 1024), "float32", GpuLimits.for_cc("8.0"), 108).family == "gemv"
-    assert few_rows_guess((5, 4096, 1024), "float32", limits, 132).family == "splitk"
+    assert few_rows_guess((1, 4096, 1024), "float32", on(GpuLimits.for_cc("8.0"), 108)).family == "gemv"
+    assert few_rows_guess((5, 4096, 1024), "float32", on(limits, 132)).family == "splitk"
 
 
 def test_short_k_gets_the_64x64_tile_with_the_k_step_that_pads_k_least():
     limits = GpuLimits.for_cc("9.0")
-    assert small_k_guess((2008, 944, 60), "float32", limits, 132) == Config.of("vector", {**SMALL_K_TILE, "bk": 16})  # a tie
-    assert small_k_guess((5913, 448, 24), "float32", limits, 132).params["bk"] == 8
-    assert small_k_guess((1999, 1001, 50), "float32", limits, 132).params["bk"] == 8
-    assert small_k_guess((4000, 3000, 64), "float32", limits, 132).params["bk"] == 16  # 2961 tiles: 22 an SM
-    assert small_k_guess((6528, 4288, 32), "float32", limits, 132) is None  # 6834 tiles: C's stores bound it
-    assert small_k_guess((6528, 4288, 32), "float32", limits, 0) is None  # SM count unknown
-    assert small_k_guess((1024, 1024, 65), "float32", limits, 132) is None  # K past SMALL_K
-    assert small_k_guess((64, 1024, 32), "float32", limits, 132) is None  # skinny: lookup's other steps
-    assert small_k_guess((1024, 1024, 32), "float64", limits, 132) is None  # measured in float32 only
+    assert small_k_guess((2008, 944, 60), "float32", on(limits, 132)) == Config.of("vector", {**SMALL_K_TILE, "bk": 16})  # a tie
+    assert small_k_guess((5913, 448, 24), "float32", on(limits, 132)).params["bk"] == 8
+    assert small_k_guess((1999, 1001, 50), "float32", on(limits, 132)).params["bk"] == 8
+    assert small_k_guess((4000, 3000, 64), "float32", on(limits, 132)).params["bk"] == 16  # 2961 tiles: 22 an SM
+    assert small_k_guess((6528, 4288, 32), "float32", on(limits, 132)) is None  # 6834 tiles: C's stores bound it
+    assert small_k_guess((6528, 4288, 32), "float32", on(limits, 0)) is None  # SM count unknown
+    assert small_k_guess((1024, 1024, 65), "float32", on(limits, 132)) is None  # K past SMALL_K
+    assert small_k_guess((64, 1024, 32), "float32", on(limits, 132)) is None  # skinny: lookup's other steps
+    assert small_k_guess((1024, 1024, 32), "float64", on(limits, 132)) is None  # measured in float32 only
 
 
 def test_row_families_are_searched_only_for_a_few_rows():

@@ -22,6 +22,7 @@ from kernels.base import Config
 from autotune.tune.tuner import TuneError, TuneRequest, tune
 from autotune.space.problem import Problem
 from autotune.store.rows import Row
+from conftest import on
 
 SHAPE = (96, 80, 64)
 REG = kernels.family("register").default
@@ -160,10 +161,10 @@ def test_a_tune_of_a_few_rows_or_a_short_k_starts_from_lookups_rule():
     limits, families = GpuLimits.for_cc("9.0"), list(FAMILY_NAMES)
     for layout in ("NN", "NT"):
         configs = warm_start(Cache(), start("NVIDIA H200", (1, 4096, 1024), families, limits, 132, "9.0", layout))
-        assert configs[0] == few_rows_guess((1, 4096, 1024), "float32", limits, 132, layout=layout)
+        assert configs[0] == few_rows_guess((1, 4096, 1024), "float32", on(limits, 132), layout=layout)
         assert configs[0].family == "gemv"
     configs = warm_start(Cache(), start("NVIDIA H200", (2008, 944, 60), families, limits, 132, "9.0"))
-    assert configs[0] == small_k_guess((2008, 944, 60), "float32", limits, 132)
+    assert configs[0] == small_k_guess((2008, 944, 60), "float32", on(limits, 132))
 
 
 def test_a_gpu_model_without_rows_warm_starts_from_its_architectures_records(monkeypatch):
@@ -189,7 +190,7 @@ def test_an_untuned_shape_warm_starts_from_the_measured_tables_best_candidates()
     ranked = [Config.of(p.family, p.config) for p in neighbours.ranked(table, shape, 132, count=MEASURED_GUESSES)]
     configs = warm_start(Cache(), start("NVIDIA H100 80GB HBM3", shape, ["vector", "splitk", "streamk"], limits, 132,
                                         "9.0"))
-    guesses = shape_guesses(shape, "float32", limits, 132)
+    guesses = shape_guesses(shape, "float32", on(limits, 132))
     assert len(ranked) == MEASURED_GUESSES and configs[:len(guesses)] == guesses
     assert [c for c in configs if c in ranked] == ranked
     t4 = GpuLimits.for_cc("7.5")  # no table of its architecture: the H200's, within what it compiles
@@ -400,7 +401,7 @@ def test_a_skinny_shape_starts_from_the_shape_rule(monkeypatch):
     monkeypatch.setenv("MMTUNE_PRETEND_GPU", "NVIDIA H200;9.0;132")
     replay = Replay()
     tune(TuneRequest(16, 4096, 4096, trials=2, families=["vector", "splitk"], jobs=1), replay, show_progress=False)
-    first = shape_guesses((16, 4096, 4096), "float32", DeviceLimits(), 132)[0]
+    first = shape_guesses((16, 4096, 4096), "float32", on(DeviceLimits(), 132))[0]
     assert first.family == "splitk" and replay.calls[0] == first.key
 
 

@@ -156,14 +156,14 @@ def _find(problem: Problem, device: Device, deterministic: bool) -> Choice:
                 ranked.append(candidate)
     best = min(ranked, key=lambda c: c.order) if ranked else None
     if best is None or best.distance > 0:
-        limits = GpuLimits.for_cc(device.cc)
-        few = few_rows_guess((m, n, k), dtype, limits, device.sm_count, deterministic, layout)
+        gpu = GpuLimits.for_cc(device.cc, device.sm_count)
+        few = few_rows_guess((m, n, k), dtype, gpu, deterministic, layout)
         if few is not None:
             entry = kernels.family(few.family)  # a family's own rule (Family.few_rows_config), or the tile rule
             tile = f"{entry.summary or 'its own tile'} ({few.family})" if entry.few_rows_config else "the 16-row tile"
             return Choice(few.family, few.params, "few-rows", device.name,
                           basis=f"{m} rows: {tile}, K split {few.params.get('splits', 1)} ways")
-        short = small_k_guess((m, n, k), dtype, limits, device.sm_count)
+        short = small_k_guess((m, n, k), dtype, gpu)
         if short is not None:
             return Choice(short.family, short.params, "small-k", device.name,
                           basis=f"K = {k}: the 64x64 tile, BK {short.params['bk']}")

@@ -25,30 +25,33 @@ DEFAULT_FAMILY = next(name for name, entry in kernels.FAMILIES.items() if entry.
 
 @dataclass(frozen=True)
 class GpuLimits(DeviceLimits):
-    """A device's limits and its compute capability ("" where unknown). The families'
-    restrictions weigh resources; the compute capability decides which instructions a config may
-    use (arch_infeasibility), so that a tune or a lookup on an older GPU never picks a kernel
-    that cannot compile there."""
+    """A GPU as the rules see it, in one value: what a block may use (DeviceLimits), its compute
+    capability ("" where unknown) and its SMs (0 where unknown). The families' restrictions weigh
+    resources; the compute capability decides which instructions a config may use
+    (arch_infeasibility), so that a tune or a lookup on an older GPU never picks a kernel that
+    cannot compile there; the SMs decide how the shape rules split K (autotune.space.guesses)."""
 
     cc: str = ""
+    sm_count: int = 0
 
     @classmethod
-    def of(cls, limits: DeviceLimits, cc: str | None) -> "GpuLimits":
-        return cls(**{f.name: getattr(limits, f.name) for f in fields(DeviceLimits)}, cc=cc or "")
+    def of(cls, limits: DeviceLimits, cc: str | None, sm_count: int = 0) -> "GpuLimits":
+        return cls(**{f.name: getattr(limits, f.name) for f in fields(DeviceLimits)}, cc=cc or "", sm_count=sm_count)
 
     @classmethod
-    def for_cc(cls, cc: str | tuple | None) -> "GpuLimits":
+    def for_cc(cls, cc: str | tuple | None, sm_count: int = 0) -> "GpuLimits":
         key = str(Arch.of(cc)) if cc else None
-        return cls.of(DeviceLimits.for_cc(key), key)
+        return cls.of(DeviceLimits.for_cc(key), key, sm_count)
 
 
 def device_limits() -> GpuLimits:
-    """The current device's limits and compute capability (the defaults under the simulator, with
-    the compute capability of the GPU it pretends to be)."""
+    """The current device's limits, compute capability and SMs (the defaults under the simulator,
+    with the compute capability and SMs of the GPU it pretends to be)."""
     from autotune import backends
 
     backend = backends.current()
-    return GpuLimits.of(backend.limits(), backend.device().cc)
+    device = backend.device()
+    return GpuLimits.of(backend.limits(), device.cc, device.sm_count)
 
 
 def arch_infeasibility(family: str, config: dict, dtype: str, cc: str | None) -> str | None:

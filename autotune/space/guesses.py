@@ -5,7 +5,7 @@ shapes no row serves (few rows, short K, the tensor cores' tiles), with K split 
 from __future__ import annotations
 
 import kernels
-from autotune.space.configs import infeasibility
+from autotune.space.configs import GpuLimits, infeasibility
 from kernels.contract import Config, DeviceLimits, Product
 
 #: how the rule's tiles (and the measured tables', autotune.select.neighbours) are computed whole,
@@ -58,19 +58,19 @@ def fit_tile(tile: dict, m: int, n: int, k: int) -> dict:
     return fitted
 
 
-def shape_guesses(shape: tuple[int, int, int], dtype: str, limits: DeviceLimits, sm_count: int,
-                  cc: str | None = None) -> list[Config]:
+def shape_guesses(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits) -> list[Config]:
     """Configs a rule picks for a shape that big square tiles would leave the GPU idle on:
     - skinny (M or N <= SKINNY): SKINNY_TILE fitted to the shape (fit_tile), so the short side is
       one tile of the next power of 2 and the long operand streams through once, with K split
       for two waves;
     - few tiles (fewer 128x128 tiles than SMs): FEW_TILE, whole and with K split for two waves.
     Each is a split-K config only where K leaves every split at least MIN_SPLIT_STEPS steps.
-    The families' own first tiles for the dtype on a GPU of compute capability `cc` come first,
+    The families' own first tiles for the dtype on a GPU of `gpu`'s compute capability come first,
     whole and split for two waves (first_tile_guesses): float64 and float32 on GPUs with fast
     tensor cores get their tensor-core tile."""
     m, n, k = shape
-    guesses = first_tile_guesses(shape, dtype, limits, sm_count, cc)
+    limits, sm_count = gpu, gpu.sm_count
+    guesses = first_tile_guesses(shape, dtype, gpu)
     tiles = []
     if min(m, n) <= SKINNY:
         tiles.append(fit_tile(SKINNY_TILE, m, n, k))
@@ -83,11 +83,11 @@ def shape_guesses(shape: tuple[int, int, int], dtype: str, limits: DeviceLimits,
     return list(dict.fromkeys(c for c in guesses if c is not None))
 
 
-def first_tile_guesses(shape: tuple[int, int, int], dtype: str, limits: DeviceLimits, sm_count: int,
-                       cc: str | None) -> list[Config]:
-    """Each family's first tile for `dtype` on a GPU of compute capability `cc` (Family.first_tile:
-    the tensor-core families' on GPUs whose tensor cores are fast), whole and with K split for two
-    waves where its schedules split K; those that can run."""
+def first_tile_guesses(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits) -> list[Config]:
+    """Each family's first tile for `dtype` on `gpu` (Family.first_tile: the tensor-core families'
+    on GPUs whose tensor cores are fast), whole and with K split for two waves where its schedules
+    split K; those that can run."""
+    limits, sm_count, cc = gpu, gpu.sm_count, gpu.cc or None
     configs = []
     for entry in kernels.FAMILIES.values():
         tile = entry.first_tile(dtype, cc) if entry.first_tile else None
@@ -140,13 +140,14 @@ FEW_ROWS_TILE = {"bm": 16, "bn": 128, "bk": 16, "tm": 4, "tn": 8, "pad": 4, "sta
 FEW_ROWS_WAVES, FEW_ROWS_STEPS = 3, 2
 
 
-def few_rows_guess(shape: tuple[int, int, int], dtype: str, limits: DeviceLimits, sm_count: int,
-                   deterministic: bool = False, layout: str = "NN") -> Config | None:
+def few_rows_guess(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits, deterministic: bool = False,
+                   layout: str = "NN") -> Config | None:
     """The rule's config for a product of M < MIN_FIT_SIDE rows in `layout`: the first family's
     own (Family.few_rows_config: kernels.gemv's for float32 products of a few rows), else
     FEW_ROWS_TILE, with K split by the rule (not split where `deterministic`); None for other
     shapes or where it cannot run."""
     m, n, k = shape
+    limits, sm_count = gpu, gpu.sm_count
     if m >= MIN_FIT_SIDE or not sm_count:
         return None
     config = _family_few_rows(Product(m=m, n=n, k=k, dtype=dtype, layout=layout), sm_count, deterministic)
@@ -183,12 +184,13 @@ SMALL_K_TILE = {"bm": 64, "bn": 64, "tm": 8, "tn": 4, "pad": 4, "stages": 1, "un
 SMALL_K_STEPS = (16, 8)
 
 
-def small_k_guess(shape: tuple[int, int, int], dtype: str, limits: DeviceLimits, sm_count: int) -> Config | None:
+def small_k_guess(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits) -> Config | None:
     """The rule's config for a float32 product of K <= SMALL_K whose sides are both wider than
     SKINNY and whose C fits SMALL_K_TILES_PER_SM tiles an SM: SMALL_K_TILE with the BK of
     SMALL_K_STEPS that leaves the fewest zeros in the last k-step (the first on a tie); None for
     other products, an unknown SM count, or where it cannot run."""
     m, n, k = shape
+    limits, sm_count = gpu, gpu.sm_count
     tiles = -(-m // SMALL_K_TILE["bm"]) * -(-n // SMALL_K_TILE["bn"])
     if dtype != "float32" or k > SMALL_K or min(m, n) <= SKINNY or tiles > SMALL_K_TILES_PER_SM * sm_count:
         return None

@@ -21,7 +21,7 @@ import kernels
 from autotune.backends import Device
 from autotune.errors import SpaceMismatch
 from autotune.select.neighbours import ranked
-from autotune.space.configs import default_config, infeasibility
+from autotune.space.configs import GpuLimits, default_config, infeasibility
 from autotune.space.encoding import distributions, trial_params
 from autotune.space.guesses import few_rows_guess, shape_guesses, small_k_guess, stream_twin
 from autotune.space.problem import Problem
@@ -164,10 +164,10 @@ def warm_start(cache: Cache, start: WarmStart) -> list[Config]:
     if cc:
         kin = [row for row in shipped_rows(None, dtype) if row.device != device and row.cc == cc]
         tuned += nearest_rows(kin, shape, WARM_START_SHAPES)
-    rules = [few_rows_guess(shape, dtype, limits, sm_count, layout=problem.layout),
-             small_k_guess(shape, dtype, limits, sm_count)]
+    target = GpuLimits.of(limits, cc, sm_count)
+    rules = [few_rows_guess(shape, dtype, target, layout=problem.layout), small_k_guess(shape, dtype, target)]
     candidates = [config for config in rules if config is not None]
-    candidates += shape_guesses(shape, dtype, limits, sm_count, cc) if sm_count else []
+    candidates += shape_guesses(shape, dtype, target) if sm_count else []
     candidates += measured_guesses(start)
     nearest = [row.config for _, row in tuned]
     candidates += nearest[:1] + [twin for twin in map(stream_twin, nearest[:STREAM_TWINS]) if twin] + nearest[1:]
