@@ -72,19 +72,23 @@ class Variant:
         return f"{self.family}-{self.dtype}-{self.layout}-{self.offset_bits}-{self.unaligned or 'aligned'}"
 
 
-def simulated_work(family: str, config: dict, dtype: str, shape: tuple[int, int, int]) -> int:
-    """Threads a launch runs at `shape`: what a simulated launch costs."""
-    kernel = kernels.build(family, config, dtype)
+def simulated_work(kernel, shape: tuple[int, int, int]) -> int:
+    """Threads a launch of `kernel` runs at `shape`: what a simulated launch costs."""
     return math.prod(kernel.grid(shape[0], shape[1], sm_count=2)) * kernel.threads
 
 
-def variant_cases() -> list[Variant]:
+@functools.cache
+def variant_cases() -> tuple[Variant, ...]:
     """Every family and dtype of the sample in each of VARIANTS, each with another of the sample's
     configs that simulate fastest at its shape."""
     cases = []
     for (family, dtype), configs in sorted(property_configs().items()):
+        built = [kernels.build(family, config, dtype) for config in configs]
+        fastest = {shape: [config for _, config in sorted(zip(built, configs),
+                                                          key=lambda pair: simulated_work(pair[0], shape))]
+                   for shape in (ALIGNED_SHAPE, UNALIGNED_SHAPE)}
         for index, (layout, aligned, offset_bits) in enumerate(VARIANTS):
             shape = ALIGNED_SHAPE if aligned else UNALIGNED_SHAPE
-            cheap = sorted(configs, key=lambda config: simulated_work(family, config, dtype, shape))[:len(VARIANTS)]
-            cases.append(Variant(family, dtype, cheap[index % len(cheap)], layout, offset_bits, shape))
-    return cases
+            config = fastest[shape][index % min(len(VARIANTS), len(configs))]
+            cases.append(Variant(family, dtype, config, layout, offset_bits, shape))
+    return tuple(cases)

@@ -3,6 +3,7 @@ imports go round in a circle. Every import counts: at module level, inside funct
 importlib.import_module calls with a literal name."""
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,10 @@ def imports_of(name: str, path: Path) -> set[str]:
     return found
 
 
-GRAPH = {name: imports_of(name, path) for name, path in MODULES.items()}
+@functools.cache
+def graph() -> dict[str, set[str]]:
+    """Each module's internal imports (parsed when a test first asks, not at collection)."""
+    return {name: imports_of(name, path) for name, path in MODULES.items()}
 
 
 def test_every_module_belongs_to_a_stage():
@@ -68,19 +72,19 @@ def test_every_module_belongs_to_a_stage():
 
 def test_no_module_imports_a_later_stage():
     late = [f"{name} ({stage_of(name)}) imports {target} ({stage_of(target)})"
-            for name, targets in GRAPH.items() for target in sorted(targets)
+            for name, targets in graph().items() for target in sorted(targets)
             if ORDER[stage_of(target)] > ORDER[stage_of(name)]]
     assert not late, "\n".join(late)
 
 
 def test_no_imports_go_round_in_a_circle():
-    index, low, stack, on_stack, circles = {}, {}, [], set(), []
+    index, low, stack, on_stack, circles, edges = {}, {}, [], set(), [], graph()
 
     def visit(node):  # Tarjan's strongly connected components
         index[node] = low[node] = len(index)
         stack.append(node)
         on_stack.add(node)
-        for target in GRAPH[node]:
+        for target in edges[node]:
             if target not in index:
                 visit(target)
                 low[node] = min(low[node], low[target])
@@ -97,7 +101,7 @@ def test_no_imports_go_round_in_a_circle():
             if len(component) > 1:
                 circles.append(sorted(component))
 
-    for node in sorted(GRAPH):
+    for node in sorted(edges):
         if node not in index:
             visit(node)
     assert not circles, circles

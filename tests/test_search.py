@@ -47,8 +47,16 @@ def mean_found(table: dict, trials: int, tmp_path, monkeypatch) -> dict:
     return found
 
 
-FULL_ROWS = read_rows(STUDIES / "exhaustive4096/rows.jsonl.xz")
-FULL = median_table(FULL_ROWS)
+@pytest.fixture(scope="module")
+def full_rows() -> list[dict]:
+    return read_rows(STUDIES / "exhaustive4096/rows.jsonl.xz")
+
+
+@pytest.fixture(scope="module")
+def full_table(full_rows) -> dict:
+    return median_table(full_rows)
+
+
 #: what the vector family's space was when the full sweep ran (step 18), before 16-wide tiles and
 #: 5 and 6 stages joined it
 FULL_SPACE = {"bm": [32, 64, 128, 256], "bn": [32, 64, 128, 256], "stages": [1, 2, 3, 4]}
@@ -60,59 +68,69 @@ def full_space(monkeypatch):
     monkeypatch.setitem(kernels.FAMILIES, "vector", dataclasses.replace(vector, space={**vector.space, **FULL_SPACE}))
 
 
-def test_the_full_sweep_timed_every_feasible_config(full_space):
+def test_the_full_sweep_timed_every_feasible_config(full_space, full_rows, full_table):
     feasible = {config_key("vector", c) for c in feasible_configs("vector", "float32", DeviceLimits())}
-    assert all(row["verified"] for row in FULL_ROWS)
-    assert set(FULL) == feasible and len(feasible) == 22910
+    assert all(row["verified"] for row in full_rows)
+    assert set(full_table) == feasible and len(feasible) == 22910
 
 
 @pytest.mark.parametrize("seed", PER_SEED)
-def test_tune_reaches_97_percent_of_the_full_sweep_best_within_40_trials(seed, full_space, tmp_path, monkeypatch):
+def test_tune_reaches_97_percent_of_the_full_sweep_best_within_40_trials(seed, full_space, full_table, tmp_path,
+                                                                          monkeypatch):
     monkeypatch.setenv("MMTUNE_CACHE", str(tmp_path / f"{seed}" / "cache.db"))
     result = tune(TuneRequest(4096, 4096, 4096, trials=40, families=["vector"], seed=seed, jobs=1),
-                  Replay(FULL, default=0.0), show_progress=False)
+                  Replay(full_table, default=0.0), show_progress=False)
     assert result.trials == 40
-    assert result.row.gflops >= 0.97 * max(FULL.values())
+    assert result.row.gflops >= 0.97 * max(full_table.values())
 
 
 @pytest.mark.long
-def test_climb_beats_tpe_and_random_search_on_the_full_sweep(full_space, tmp_path, monkeypatch):
-    found = mean_found(FULL, 20, tmp_path, monkeypatch)
+def test_climb_beats_tpe_and_random_search_on_the_full_sweep(full_space, full_table, tmp_path, monkeypatch):
+    found = mean_found(full_table, 20, tmp_path, monkeypatch)
     assert found["climb"] > found["tpe"] and found["climb"] > found["random"], found
 
 
-SWEEP = json.loads((STUDIES / "vector_exhaustive_4096.json").read_text())
-SWEPT_SPACE = json.loads((STUDIES / "vector_exhaustive_4096.space.json").read_text())
-AS_SWEPT = SWEPT_SPACE["pinned"]
-TABLE = {config_key(r["family"], {**r["config"], **AS_SWEPT}): r["gflops"] for r in SWEEP["rows"] if "gflops" in r}
-BEST = max(TABLE.values())
+@dataclasses.dataclass(frozen=True)
+class OldSweep:
+    report: dict
+    space: dict
+    table: dict
+
+
+@pytest.fixture(scope="module")
+def old_sweep() -> OldSweep:
+    report = json.loads((STUDIES / "vector_exhaustive_4096.json").read_text())
+    space = json.loads((STUDIES / "vector_exhaustive_4096.space.json").read_text())
+    table = {config_key(r["family"], {**r["config"], **space["pinned"]}): r["gflops"]
+             for r in report["rows"] if "gflops" in r}
+    return OldSweep(report, space, table)
 
 
 @pytest.fixture
-def swept_space(monkeypatch):
+def swept_space(monkeypatch, old_sweep):
     """The vector family's space as it was when the sweep ran."""
-    pinned = {name: [value] for name, value in AS_SWEPT.items()}
+    pinned = {name: [value] for name, value in old_sweep.space["pinned"].items()}
     vector = kernels.family("vector")
     monkeypatch.setitem(kernels.FAMILIES, "vector", dataclasses.replace(
-        vector, space={**vector.space, **pinned, "stages": SWEPT_SPACE["stages"]},
-        default={**SWEPT_SPACE["default"], **AS_SWEPT}))
-    monkeypatch.setattr(kernels.tiles, "MAX_ELEMENTS_PER_THREAD", SWEPT_SPACE["max_elements_per_thread"])
+        vector, space={**vector.space, **pinned, "stages": old_sweep.space["stages"]},
+        default={**old_sweep.space["default"], **old_sweep.space["pinned"]}))
+    monkeypatch.setattr(kernels.tiles, "MAX_ELEMENTS_PER_THREAD", old_sweep.space["max_elements_per_thread"])
 
 
-def test_the_old_sweep_is_complete():
-    assert SWEEP["configs"] == SWEEP["timed"] == len(TABLE) == 806
+def test_the_old_sweep_is_complete(old_sweep):
+    assert old_sweep.report["configs"] == old_sweep.report["timed"] == len(old_sweep.table) == 806
 
 
 @pytest.mark.parametrize("sampler", ["climb", "tpe"])
 @pytest.mark.parametrize("seed", PER_SEED)
-def test_the_old_space_reaches_97_percent_of_its_best_within_40_trials(sampler, seed, swept_space, tmp_path,
-                                                                      monkeypatch):
+def test_the_old_space_reaches_97_percent_of_its_best_within_40_trials(sampler, seed, swept_space, old_sweep,
+                                                                      tmp_path, monkeypatch):
     monkeypatch.setenv("MMTUNE_CACHE", str(tmp_path / f"{seed}" / "cache.db"))
-    assert best_within(TABLE, 40, seed, sampler) >= 0.97 * BEST
+    assert best_within(old_sweep.table, 40, seed, sampler) >= 0.97 * max(old_sweep.table.values())
 
 
 @pytest.mark.long
-def test_tpe_and_climb_beat_random_search_on_the_old_space(swept_space, tmp_path, monkeypatch):
-    found = mean_found(TABLE, 20, tmp_path, monkeypatch)
+def test_tpe_and_climb_beat_random_search_on_the_old_space(swept_space, old_sweep, tmp_path, monkeypatch):
+    found = mean_found(old_sweep.table, 20, tmp_path, monkeypatch)
     assert min(found["climb"], found["tpe"]) > found["random"], found
     assert Cache().rows()  # the winner was cached
