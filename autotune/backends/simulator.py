@@ -23,6 +23,7 @@ from numba.cuda.simulator import kernel as simulator_kernel
 
 from autotune.backends import Device
 from kernels.contract import DeviceLimits
+from kernels.rules import Arch
 
 PRETEND_ENV = "MMTUNE_PRETEND_GPU"
 
@@ -36,7 +37,7 @@ class Simulator:
             return Device("simulator", "", 0)
         try:
             model, cc, sms = pretend.split(";")
-            return Device(model, cc, int(sms))
+            return Device(model, str(Arch.of(cc)), int(sms))
         except ValueError:
             raise ValueError(f"{PRETEND_ENV} must be 'NAME;CC;SMS' like 'NVIDIA H100 80GB HBM3;9.0;132', got {pretend!r}") from None
 
