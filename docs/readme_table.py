@@ -29,7 +29,7 @@ SOURCE = "studies/h200/step36/wide/peers.json.xz"
 
 BLOCKS = ("headline", "table")
 CATEGORY_ORDER = ("large", "mid", "odd", "skinny")
-PEER_NAMES = {"cublas": "cuBLAS", "triton": "Triton", "cupy": "CuPy"}
+PEER_NAMES = {"cublas": "cuBLAS", "triton": "Triton", "triton_tf32x3": "Triton tf32x3", "cupy": "CuPy"}
 
 
 def begin(name: str) -> str:

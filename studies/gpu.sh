@@ -24,8 +24,9 @@
 #                          a folder, as SCRIPT's --out takes), its output in NAME.txt less any extension;
 #                          takes the rest of the line, so it comes last
 #   SUITE                  `mmtune bench --peers --shapes SUITE` (wide, seeded, standard, coverage, or
-#                          shapes MxNxK,...) for at most SUITE_SECONDS (default 300); `peers` is a no-op
-#                          word (`peers wide seeded`)
+#                          shapes MxNxK,...) for at most SUITE_SECONDS (default 300), mmtune's kernels of
+#                          precision PRECISION where set (into SUITE-PRECISION); `peers` is a no-op word
+#                          (`peers wide seeded`)
 #
 # STEP (default `run`) names the work folder /tmp/STEP and the pack OUT/STEP.tgz; DEADLINE (default
 # 570) is the seconds after the start past which the table parts start no new shape. Installs the
@@ -113,11 +114,12 @@ while [ $# -gt 0 ]; do
       ;;
     peers) ;;
     *)
-      mkdir -p "$out/$part"
+      run=$part${PRECISION:+-$PRECISION}
+      mkdir -p "$out/$run"
       t0=$(date +%s)
-      timeout "${SUITE_SECONDS:-300}" python3 -m autotune bench --peers --shapes "$part" --out "$out/$part" 2>&1 \
-        | quiet | tee "$out/$part.txt"
-      echo "$part: $(( $(date +%s) - t0 )) s" | tee -a "$out/$part.txt"
+      timeout "${SUITE_SECONDS:-300}" python3 -m autotune bench --peers --shapes "$part" ${PRECISION:+--precision "$PRECISION"} \
+        --out "$out/$run" 2>&1 | quiet | tee "$out/$run.txt"
+      echo "$run: $(( $(date +%s) - t0 )) s" | tee -a "$out/$run.txt"
       ;;
   esac
 done

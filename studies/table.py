@@ -43,7 +43,7 @@ How a job is timed (step 23): every distinct kernel is built into a kernel store
 temporary directory) by --jobs processes at once (compiling needs no GPU); then each job is launched
 through the driver plan `matmul` uses (autotune.call.front.entry_plan) on PyTorch tensors, checked
 against float64 rows of the product, and timed by CUDA events around a CUDA graph of launches
-(autotune.bench.peers.TorchDevice), next to torch.matmul (cuBLAS, TF32 off) on the same tensors. The
+(autotune.bench.torch_device.TorchDevice), next to torch.matmul (cuBLAS, TF32 off) on the same tensors. The
 kernels are those `import kernels` finds: put an older copy first on PYTHONPATH (and give it its own
 --store) to time older code.
 """
@@ -515,7 +515,7 @@ def operands(torch, m: int, n: int, k: int, dtype: str, seed: int, layout: str =
     """Random A and B, each a transposed view of a C-contiguous array where `layout` says "T"."""
     import numpy as np
 
-    from autotune.bench.peers import Operands, checked_rows
+    from autotune.bench.accuracy import Operands, checked_rows
     from autotune.measure.measurement import error_bound, reference
 
     kind = getattr(torch, dtype)
@@ -608,7 +608,8 @@ def run(jobs: list[dict], args: argparse.Namespace, head: dict, began: float, li
     root = Path(args.store or tempfile.mkdtemp(prefix="mmtune-table-"))
     failed = build_all(jobs, root, args.jobs)
 
-    from autotune.bench.peers import TorchDevice, category
+    from autotune.bench.peers import category
+    from autotune.bench.torch_device import TorchDevice
     from kernels import source_hashes
 
     device = TorchDevice()

@@ -14,12 +14,13 @@ import pytest
 from conftest import ON_GPU
 
 from autotune import lookup
-from autotune.bench import peers
+from autotune.bench import accuracy, peers
 from autotune.bench import report
 from autotune.bench.suite import parse_shapes
 from autotune.store.records import shipped_rows, suites
 from autotune.measure.measurement import error_bound, reference
-from autotune.bench.peers import Lineup, Operands, Peer, bench_peers, category, checked_rows, geomeans, seeded_shapes, summary
+from autotune.bench.accuracy import Operands, checked_rows, exact_on_host
+from autotune.bench.peers import Lineup, Peer, bench_peers, category, geomeans, seeded_shapes, summary
 
 SUITES = suites()
 
@@ -78,7 +79,7 @@ def test_geomeans_per_category_over_shapes_measured_on_both_sides():
     assert means["mid"]["vs_triton"] == pytest.approx(math.sqrt(1.2 * 0.8))  # 2000^3 had no Triton
     assert means["skinny"]["vs_cublas"] == pytest.approx(1.0) and means["skinny"]["vs_triton"] == pytest.approx(1.0)
     assert means["skinny"]["call_vs_cublas"] == pytest.approx(1.5)
-    assert means["odd"] == {"shapes": 0, "vs_cublas": None, "vs_triton": None, "call_vs_cublas": None, "call_vs_triton": None}
+    assert means["odd"] == {"shapes": 0, **{key: None for key in peers.RATIOS}}
     assert means["all"]["shapes"] == 6  # 256^3 counts in no category but in all
     assert means["all"]["vs_cublas"] == pytest.approx((0.81 * 0.9 * 4.0) ** (1 / 6))
 
@@ -97,6 +98,12 @@ class NumpyDevice:
         rows = checked_rows(m, n, k, rng)
         return Operands(A=A, B=B, C=np.empty((m, n), np.float32), rows=rows, expected=reference(A[rows], B),
                         bound=error_bound("float32", k))
+
+    def exact(self, m, n, k, draw, seed):
+        return exact_on_host(m, n, k, draw, seed)
+
+    def rows64(self, C, rows):
+        return C[rows].astype(np.float64)
 
     def poison(self, C):
         C.fill(np.nan)
@@ -130,29 +137,73 @@ def numpy_peer(name):
 
 def test_bench_peers_writes_the_json_the_table_and_the_chart(tmp_path, monkeypatch):
     monkeypatch.setattr(peers, "OVERHEAD_SHAPE", (40, 40, 40))
-    fakes = [numpy_peer(name) for name in ("mmtune", "cublas", "triton")]
+    fakes = [numpy_peer(name) for name in ("mmtune", "cublas", "triton", "triton_tf32x3")]
     absent = {"cupy": "CuPy does not import: no module named cupy"}
     result = bench_peers([(8, 9, 10), (70, 90, 33)], tmp_path, rounds=2, lineup=Lineup(NumpyDevice(), fakes, absent))
     written = json.loads((tmp_path / "peers.json").read_text())
     assert written == json.loads(json.dumps(result))
-    assert written["device"] == "numpy" and set(written["call_overhead_us"]) == {"mmtune", "cublas", "triton"}
+    assert written["device"] == "numpy" and set(written["call_overhead_us"]) == {"mmtune", *peers.COMPARED}
     assert all(isinstance(us, float) for us in written["call_overhead_us"].values())
     assert written["overhead_row"]["m"] == 40  # measured apart: not among the shapes
     choices = [lookup(m, n, k) for m, n, k in ((8, 9, 10), (70, 90, 33))]
     assert [(r["m"], r["source"], r["family"]) for r in written["rows"]] == [
         (8, choices[0].source, choices[0].family), (70, choices[1].source, choices[1].family)]
     for r in written["rows"]:
-        for name in ("mmtune", "cublas", "triton"):
+        for name in ("mmtune", *peers.COMPARED):
             assert r[f"{name}_call_gflops"] > 0 and r[f"{name}_kernel_gflops"] > 0 and r[f"{name}_first_call_s"] > 0
             assert r[f"{name}_error"] < 1e-6 and r[f"{name}_kernel_timing"] == "loop"
         assert r["cupy_kernel_gflops"] is None and r["failures"] == {}
         assert r["vs_cublas"] == pytest.approx(r["mmtune_kernel_gflops"] / r["cublas_kernel_gflops"])
         assert r["call_vs_triton"] == pytest.approx(r["mmtune_call_gflops"] / r["triton_call_gflops"])
+        assert r["vs_triton_tf32x3"] == pytest.approx(r["mmtune_kernel_gflops"] / r["triton_tf32x3_kernel_gflops"])
     assert written["rows"][1]["category"] == "odd" and written["geomeans"]["odd"]["shapes"] == 1
     table = (tmp_path / "peers.md").read_text()
     assert f"| 70x90x33 | odd | {choices[1].source} | {choices[1].family} |" in table
     assert "Absent: CuPy: CuPy does not import" in table and "Call overhead at 40x40x40" in table
     assert (tmp_path / "peers.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_error_measures_judge_each_element_by_its_own_terms():
+    A, B = np.array([[1.0, -1.0], [3.0, 4.0]]), np.array([[1.0, 0.0], [1.0, 2.0]])
+    exact = accuracy.exact_of(A, B, None, slice(None), lambda x: x.astype(np.float64))
+    C = A @ B + np.array([[1e-6, 0.0], [0.0, 8e-6]])  # C[0, 0] = 0 from terms of size 1, C[1, 1] = 8 from 4 and 4
+    found = accuracy.errors(C, exact)
+    assert found.elementwise == pytest.approx(max(1e-6 / 2, 8e-6 / 8))
+    assert found.normwise == pytest.approx(math.sqrt(1e-12 + 64e-12) / math.sqrt(0 + 4 + 49 + 64))
+
+
+def test_every_peer_s_errors_against_float64_are_reported(monkeypatch):
+    """Both measures and both draws for each peer that computes, right or wrong: float32 products are
+    near float32's epsilon, half-precision inputs 2^-11 off on uniform operands and overflow (no
+    error to report) on wide ones; a peer not in the lineup has none."""
+    monkeypatch.setattr(peers, "OVERHEAD_SHAPE", (8, 8, 8))
+
+    def half(A, B, C):
+        return lambda: np.matmul(A.astype(np.float16).astype(np.float32), B.astype(np.float16), out=C)
+
+    lineup = Lineup(NumpyDevice(), [numpy_peer("mmtune"), Peer("cublas", half), numpy_peer("triton")])
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = bench_peers([(40, 30, 64)], rounds=1, lineup=lineup)["rows"][0]
+    for draw in accuracy.DRAWS:
+        assert 0 < r[f"mmtune_error_elementwise_{draw}"] < 64 * 2**-24
+        assert 0 < r[f"mmtune_error_normwise_{draw}"] < 2**-20
+        assert r[f"triton_tf32x3_error_normwise_{draw}"] is None  # not in the lineup
+    assert 2**-14 < r["cublas_error_elementwise_uniform"] < 2**-9 and r["cublas_error_normwise_uniform"] > 2**-14
+    assert r["cublas_error_elementwise_wide"] is None and r["cublas_error_normwise_wide"] is None
+    assert r["failures"]["cublas"].startswith("wrong product") and r["cublas_kernel_gflops"] is None
+    assert set(accuracy.ERROR_KEYS) == {f"error_{m}_{d}" for m in accuracy.MEASURES for d in accuracy.DRAWS}
+
+
+def test_operands_are_drawn_from_either_distribution():
+    uniform = accuracy.exact_on_host(300, 20, 200, "uniform", 0).A
+    wide = accuracy.exact_on_host(300, 20, 200, "wide", 0).A
+    assert uniform.dtype == wide.dtype == np.float32
+    assert -1 <= uniform.min() < -0.99 and 0.99 < uniform.max() <= 1
+    exponents = np.log2(abs(wide))
+    assert -30 <= exponents.min() < -29 and 29 < exponents.max() <= 30 and (wide < 0).mean() == pytest.approx(0.5, abs=0.02)
+    assert not np.array_equal(wide, accuracy.exact_on_host(300, 20, 200, "wide", 1).A)
+    with pytest.raises(ValueError, match="unknown draw 'normal'"):
+        accuracy.exact_on_host(3, 3, 3, "normal", 0)
 
 
 def test_a_peer_that_fails_or_is_wrong_is_reported_and_not_timed(monkeypatch):
@@ -187,20 +238,22 @@ def test_the_goals_report_names_shapes_below_the_floor(monkeypatch):
 
 
 def test_the_triton_kernel_in_triton_s_interpreter():
-    """Where Triton and PyTorch import (not in CI): every tile shape of the configs, on odd sizes."""
+    """Where Triton and PyTorch import (not in CI): every tile shape of both kernels' configs, on odd
+    sizes."""
     pytest.importorskip("triton")
     pytest.importorskip("torch")
     child = """
 import torch, triton
 from autotune.bench import triton_peer
-for bm, bn, bk, stages, warps in sorted({c[:3] + (0, 0) for c in triton_peer.CONFIGS}):
-    m, n, k = 2 * bm + 3, bn + 5, 2 * bk + 7
-    A, B, C = torch.randn(m, k), torch.randn(k, n), torch.full((m, n), float("nan"))
-    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
-    triton_peer._matmul_kernel.fn[grid](A, B, C, m, n, k, *A.stride(), *B.stride(), *C.stride(),
-                                        BM=bm, BN=bn, BK=bk, GROUP_M=triton_peer.GROUP_M)
-    ref = A.double() @ B.double()
-    assert ((C.double() - ref).norm() / ref.norm()).item() < 1e-6, (bm, bn, bk)
+for precision, configs in (("ieee", triton_peer.CONFIGS), ("tf32x3", triton_peer.TF32X3_CONFIGS)):
+    for bm, bn, bk in sorted({c[:3] for c in configs}):
+        m, n, k = 2 * bm + 3, bn + 5, 2 * bk + 7
+        A, B, C = torch.randn(m, k), torch.randn(k, n), torch.full((m, n), float("nan"))
+        grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
+        triton_peer._matmul_kernel[grid](A, B, C, m, n, k, *A.stride(), *B.stride(), *C.stride(),
+                                         BM=bm, BN=bn, BK=bk, GROUP_M=triton_peer.GROUP_M, PRECISION=precision)
+        ref = A.double() @ B.double()
+        assert ((C.double() - ref).norm() / ref.norm()).item() < 1e-6, (precision, bm, bn, bk)
 """
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     done = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=600,
@@ -217,6 +270,8 @@ def test_the_real_peers_on_the_gpu(tmp_path):
         assert r["failures"] == {}, r["failures"]
         for name in result["peers"]:
             assert r[f"{name}_kernel_gflops"] > 0 and r[f"{name}_call_gflops"] > 0 and r[f"{name}_first_call_s"] > 0
+            for draw in accuracy.DRAWS:  # every peer here computes accurate float32, TF32 off
+                assert r[f"{name}_error_elementwise_{draw}"] < 1e-5 and r[f"{name}_error_normwise_{draw}"] < 1e-5
     # torch.matmul is captured in a graph; a call costs more than its kernel at 256^3
     assert {r["cublas_kernel_timing"] for r in result["rows"]} == {"graph"}
     assert result["call_overhead_us"]["cublas"] > 0

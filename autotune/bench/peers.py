@@ -2,16 +2,18 @@
 instead, in one process.
 
 Peers, each called the way its users call it, shape by shape on the same tensors: mmtune's
-`matmul`, `torch.matmul` (cuBLAS, TF32 off), an autotuned Triton FP32 matmul
-(autotune/triton_peer.py) where Triton imports, and `cupy.matmul` where CuPy imports. A peer
-that does not import is reported absent; one that fails or computes a wrong product at a shape
-is reported there and not timed. Per shape and peer:
+`matmul`, `torch.matmul` (cuBLAS, TF32 off), two autotuned Triton matmuls where Triton imports
+(autotune/bench/triton_peer.py: IEEE FP32, and three TF32 products, `input_precision="tf32x3"`),
+and `cupy.matmul` where CuPy imports. A peer that does not import is reported absent; one that
+fails or computes a wrong product at a shape is reported there and not timed. Per shape and peer:
 
   first_call_s   the first call at the shape, with whatever it compiles, autotunes or loads
   call_gflops    back-to-back calls on the wall clock with a final sync: the host included
   kernel_gflops  CUDA events around a CUDA graph of calls where the graph's replay computes the
                  product (torch.cuda.graph), else around calls queued behind a hold kernel
                  (measure.time_launches): the GPU alone
+  error_<measure>_<draw>  autotune.bench.accuracy's two error measures against float64, for
+                 operands drawn two ways, each the median of 5 draws
 
 Peers take turns within a shape, round after round, so clocks that drift move them all alike.
 """
@@ -30,26 +32,9 @@ from typing import Callable
 
 import numpy as np
 
-from autotune import backends
-from autotune.bench.report import FLOOR, LABELS, PEER_NAMES, RATIOS, source_commit, write
-from autotune.errors import PeersError
-from autotune.measure.measurement import (
-    FULL_REFERENCE_MACS,
-    REFERENCE_ROWS,
-    all_written,
-    device_info,
-    error_bound,
-    reference,
-    relative_error,
-    time_launches,
-    versions,
-)
-
-DTYPE = "float32"
-
-
-
-
+from autotune.bench.accuracy import DTYPE, ERROR_KEYS, peer_errors
+from autotune.bench.report import COMPARED, FLOOR, LABELS, PEER_NAMES, RATIOS, source_commit, write
+from autotune.measure.measurement import versions
 
 
 CATEGORIES = ("mid", "skinny", "odd", "large")
@@ -57,8 +42,6 @@ CATEGORIES = ("mid", "skinny", "odd", "large")
 
 #: the per-call overhead (call time minus kernel time) is reported at this shape
 OVERHEAD_SHAPE = (256, 256, 256)
-
-
 
 
 ROUNDS = 5  # timed samples of each kind per peer and shape
@@ -131,8 +114,6 @@ def geomean(values: list[float]) -> float | None:
     return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
 
 
-
-
 def geomeans(rows: list[dict]) -> dict:
     """Per category, and over all rows: the geometric means of mmtune's GFLOPS over cuBLAS's and
     Triton's (kernel, and call), each over the shapes where both were measured."""
@@ -149,119 +130,6 @@ class Peer:
     bind: Callable  # bind(A, B, C) -> a call computing C = A @ B as the peer's users would
 
 
-@dataclass
-class Operands:
-    """A, B and a C to write, on the device; what C's checked rows must hold."""
-
-    A: object
-    B: object
-    C: object
-    rows: object  # rows of C compared with the reference: a slice or sorted indices
-    expected: np.ndarray  # the float64 reference of those rows
-    bound: float
-
-    def error(self, out: np.ndarray) -> float:
-        """Relative error of a C copied to the host; inf if any element was left unwritten."""
-        return relative_error(out[self.rows], self.expected) if all_written(out) else math.inf
-
-
-def checked_rows(m: int, n: int, k: int, rng: np.random.Generator):
-    """The rows of C to compare with the reference, as measure.compare picks them."""
-    if m * n * k > FULL_REFERENCE_MACS and m > REFERENCE_ROWS:
-        return np.sort(rng.choice(m, REFERENCE_ROWS, replace=False))
-    return slice(None)
-
-
-class TorchDevice:
-    """The GPU through PyTorch: CUDA tensors, TF32 off, kernels timed over CUDA graphs."""
-
-    def __init__(self):
-        try:
-            import torch
-        except ImportError as error:
-            raise PeersError(f"--peers needs PyTorch with CUDA: {error}") from None
-        if backends.name() == "simulator" or not torch.cuda.is_available():
-            raise PeersError("--peers needs PyTorch and a CUDA GPU (not the simulator)")
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        torch.set_float32_matmul_precision("highest")
-        self.torch = torch
-        self.name = device_info()["device"]
-        self.versions = {"torch": torch.__version__}
-
-    def operands(self, m: int, n: int, k: int, seed: int) -> Operands:
-        torch = self.torch
-        generator = torch.Generator(device="cuda").manual_seed(seed)
-        A = torch.randn((m, k), generator=generator, device="cuda")
-        B = torch.randn((k, n), generator=generator, device="cuda")
-        rows = checked_rows(m, n, k, np.random.default_rng(seed))
-        A_rows = A[torch.as_tensor(rows, device=A.device)] if isinstance(rows, np.ndarray) else A
-        expected = reference(A_rows.cpu().numpy(), B.cpu().numpy())
-        return Operands(A=A, B=B, C=torch.empty((m, n), device="cuda"), rows=rows, expected=expected,
-                        bound=error_bound(DTYPE, k))
-
-    def poison(self, C) -> None:
-        C.fill_(float("nan"))
-
-    def sync(self) -> None:
-        self.torch.cuda.synchronize()
-
-    def to_host(self, C) -> np.ndarray:
-        return C.cpu().numpy()
-
-    def kernel_timer(self, call: Callable[[], None], operands: Operands, calls: int):
-        """A graph of `calls` calls if its replay computes the product (a peer launching outside
-        torch's current stream leaves the graph empty), else the held-queue loop."""
-        torch = self.torch
-        try:
-            graph = torch.cuda.CUDAGraph()
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):  # warm up off the default stream, as capture asks
-                for _ in range(2):
-                    call()
-            torch.cuda.current_stream().wait_stream(side)
-            with torch.cuda.graph(graph):
-                for _ in range(calls):
-                    call()
-            self.poison(operands.C)
-            graph.replay()
-            self.sync()
-            if operands.error(self.to_host(operands.C)) <= operands.bound:
-                return _GraphTimer(torch, graph, calls)
-        except Exception:  # noqa: BLE001 - a peer that cannot be captured is timed the other way
-            pass
-        self.sync()
-        return _LoopTimer(call)
-
-
-class _GraphTimer:
-    method = "graph"
-
-    def __init__(self, torch, graph, calls: int):
-        self.torch, self.graph, self.calls = torch, graph, calls
-
-    def sample(self) -> float:
-        """Seconds per call: CUDA events around one replay of the graph."""
-        start, stop = (self.torch.cuda.Event(enable_timing=True) for _ in range(2))
-        start.record()
-        self.graph.replay()
-        stop.record()
-        stop.synchronize()
-        return start.elapsed_time(stop) * 1e-3 / self.calls
-
-
-class _LoopTimer:
-    method = "loop"
-
-    def __init__(self, call: Callable[[], None]):
-        self.call = call
-
-    def sample(self) -> float:
-        """Seconds per call: the median of event pairs around calls queued behind a hold kernel."""
-        return time_launches(self.call, warmup=1, repeat=5).median_ms * 1e-3
-
-
 @dataclass(frozen=True)
 class Lineup:
     """The device the peers are timed on (its operands, timers and name), the peers, and why each
@@ -275,6 +143,8 @@ class Lineup:
 def torch_peers(precision: str | None = None) -> Lineup:
     """The GPU through PyTorch and the peers that import here, and why each other one is absent;
     mmtune's asks for `precision`."""
+    from autotune.bench.torch_device import TorchDevice
+
     device = TorchDevice()
     torch = device.torch
     from autotune.call.front import matmul  # the path users call: driver plans on torch's stream
@@ -287,9 +157,13 @@ def torch_peers(precision: str | None = None) -> Lineup:
     try:
         from autotune.bench import triton_peer
     except Exception as error:  # noqa: BLE001 - missing, too old or broken: absent all the same
-        absent["triton"] = f"Triton does not import: {error}"
+        absent["triton"] = absent["triton_tf32x3"] = f"Triton does not import: {error}"
     else:
         peers.append(Peer("triton", lambda A, B, C: partial(triton_peer.matmul, A, B, C)))
+        if triton_peer.has_input_precision():
+            peers.append(Peer("triton_tf32x3", lambda A, B, C: partial(triton_peer.matmul_tf32x3, A, B, C)))
+        else:
+            absent["triton_tf32x3"] = f"Triton {triton_peer.triton.__version__}'s tl.dot has no input_precision"
         device.versions["triton"] = triton_peer.triton.__version__
     try:
         import cupy
@@ -324,7 +198,7 @@ def bench_peers(
     rows = [measured[tuple(shape)] for shape in shapes]
     overhead_row = measured[OVERHEAD_SHAPE]
     overhead = {}
-    for name in dict.fromkeys(("mmtune", "cublas", "triton", *(peer.name for peer in peers))):
+    for name in dict.fromkeys(("mmtune", *COMPARED, *(peer.name for peer in peers))):
         call_us, kernel_us = overhead_row.get(f"{name}_call_us"), overhead_row.get(f"{name}_kernel_us")
         overhead[name] = call_us - kernel_us if call_us is not None and kernel_us is not None else None
     ratios = [(r["vs_cublas"], f"{r['m']}x{r['n']}x{r['k']}") for r in rows if r["vs_cublas"]]
@@ -358,7 +232,8 @@ def measure_shape(shape: tuple[int, int, int], device, peers: list[Peer], rounds
     row = {"m": m, "n": n, "k": k, "category": category(m, n, k), "source": choice.source, "family": choice.family,
            "precision": choice.precision}
     for name in PEER_NAMES:
-        for key in ("call_gflops", "kernel_gflops", "first_call_s", "call_us", "kernel_us", "error", "kernel_timing"):
+        for key in ("call_gflops", "kernel_gflops", "first_call_s", "call_us", "kernel_us", "error", "kernel_timing",
+                    *ERROR_KEYS):
             row[f"{name}_{key}"] = None
     failures, ready = {}, {}
     for peer in peers:
@@ -399,9 +274,11 @@ def measure_shape(shape: tuple[int, int, int], device, peers: list[Peer], rounds
             f"{name}_call_spread": call_spread, f"{name}_kernel_spread": kernel_spread,
             f"{name}_kernel_timing": timers[name].method,
         })
-    for peer in ("cublas", "triton"):
+    for peer in COMPARED:
         row[f"vs_{peer}"] = _ratio(row["mmtune_kernel_gflops"], row[f"{peer}_kernel_gflops"])
         row[f"call_vs_{peer}"] = _ratio(row["mmtune_call_gflops"], row[f"{peer}_call_gflops"])
+    ran = [peer for peer in peers if row[f"{peer.name}_first_call_s"] is not None]  # wrong products too
+    row.update(peer_errors(shape, device, {peer.name: peer.bind for peer in ran}))
     row["failures"] = failures
     return row
 

@@ -10,16 +10,19 @@ from pathlib import Path
 
 import numpy as np
 
+from autotune.bench.accuracy import DRAWS, MEASURES
 from autotune.bench.figures import save_png
 
 #: JSON keys of the peers, in the order they take turns
-PEER_NAMES = ("mmtune", "cublas", "triton", "cupy")
-LABELS = {"mmtune": "mmtune", "cublas": "cuBLAS", "triton": "Triton", "cupy": "CuPy"}
+PEER_NAMES = ("mmtune", "cublas", "triton", "triton_tf32x3", "cupy")
+LABELS = {"mmtune": "mmtune", "cublas": "cuBLAS", "triton": "Triton", "triton_tf32x3": "Triton tf32x3", "cupy": "CuPy"}
+#: the peers mmtune's speed is given as a ratio to (vs_<peer>, call_vs_<peer>)
+COMPARED = ("cublas", "triton", "triton_tf32x3")
 #: the issue 19 goals the report checks: no shape below FLOOR x cuBLAS
 FLOOR = 0.75
 #: the commit a copied tree was taken from, where it runs without its git history (source_commit)
 COMMIT_ENV = "MMTUNE_COMMIT"
-RATIOS = ("vs_cublas", "vs_triton", "call_vs_cublas", "call_vs_triton")
+RATIOS = (*(f"vs_{peer}" for peer in COMPARED), *(f"call_vs_{peer}" for peer in COMPARED))
 
 
 def source_commit() -> str | None:
@@ -62,7 +65,7 @@ def markdown(result: dict) -> str:
     head = ["shape", "category", "config from", "family"]
     for name in names:
         head += [f"{LABELS[name]} call", f"{LABELS[name]} kernel"]
-    head += ["vs cuBLAS", "vs Triton", "first call, s (" + " / ".join(LABELS[n] for n in names) + ")"]
+    head += [f"vs {LABELS[peer]}" for peer in COMPARED] + ["first call, s (" + " / ".join(LABELS[n] for n in names) + ")"]
     lines = [
         f"GFLOPS on {result['device']}, {result['dtype']}, {result['date']}: call = back-to-back calls on the wall clock "
         "(host included), kernel = CUDA events (the GPU alone); vs = mmtune kernel / peer kernel.",
@@ -74,12 +77,14 @@ def markdown(result: dict) -> str:
         cells = [f"{r['m']}x{r['n']}x{r['k']}", r["category"] or "", r["source"], r["family"]]
         for name in names:
             cells += [_gflops(r[f"{name}_call_gflops"]), _gflops(r[f"{name}_kernel_gflops"])]
-        cells += [_number(r["vs_cublas"], 3), _number(r["vs_triton"], 3)]
+        cells += [_number(r.get(f"vs_{peer}"), 3) for peer in COMPARED]
         cells.append(" / ".join(_number(r[f"{name}_first_call_s"], 3) for name in names))
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "| category | shapes | vs cuBLAS | vs Triton | call vs cuBLAS | call vs Triton |", "|---|---:|---:|---:|---:|---:|"]
+    ratio_heads = [f"{prefix}{LABELS[peer]}" for prefix in ("vs ", "call vs ") for peer in COMPARED]
+    lines += ["", "| category | shapes | " + " | ".join(ratio_heads) + " |", "|---|---:|" + "---:|" * len(ratio_heads)]
     for name, means in result["geomeans"].items():
         lines.append(f"| {name} | {means['shapes']} | " + " | ".join(_number(means[key], 3) for key in RATIOS) + " |")
+    lines += errors_table(result, names)
     overhead = ", ".join(f"{LABELS[name]} {_number(us, 1)}" for name, us in result["call_overhead_us"].items())
     lines += ["", f"Call overhead at {result['overhead_shape']} (call minus kernel, µs): {overhead}."]
     worst = result["worst_vs_cublas"]
@@ -95,6 +100,24 @@ def markdown(result: dict) -> str:
         for name, reason in r["failures"].items():
             lines.append(f"Failed: {LABELS[name]} at {r['m']}x{r['n']}x{r['k']}: {reason}")
     return "\n".join(lines) + "\n"
+
+
+def errors_table(result: dict, names: list[str]) -> list[str]:
+    """Each peer's two error measures against float64 per shape and draw (autotune.bench.accuracy)."""
+    lines = ["", "Errors against float64, the median of 5 draws of operands: elementwise max |C-C64| / (|A||B|) and "
+             "normwise ||C-C64||F / ||C64||F; uniform U[-1, 1], wide +-2^U[-30, 30].", "",
+             "| shape | draw | " + " | ".join(f"{LABELS[name]} elementwise / normwise" for name in names) + " |",
+             "|---|---|" + "---:|" * len(names)]
+    for r in result["rows"]:
+        for draw in DRAWS:
+            cells = [" / ".join(_error(r.get(f"{name}_error_{measure}_{draw}")) for measure in MEASURES)
+                     for name in names]
+            lines.append(f"| {r['m']}x{r['n']}x{r['k']} | {draw} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _error(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2g}"
 
 
 def chart(result: dict, path: Path) -> None:
@@ -118,8 +141,9 @@ def chart(result: dict, path: Path) -> None:
     top.set_ylabel("GFLOPS")
     top.legend(fontsize=8)
     top.set_title(f"{result['device']} {result['dtype']}: mmtune and its peers")
-    for key, label, marker in (("vs_cublas", "mmtune / cuBLAS", "o"), ("vs_triton", "mmtune / Triton", "s")):
-        bottom.plot(range(len(rows)), [r[key] or np.nan for r in rows], marker, label=label)
+    for peer, marker in zip(COMPARED, "os^"):
+        key, label = f"vs_{peer}", f"mmtune / {LABELS[peer]}"
+        bottom.plot(range(len(rows)), [r.get(key) or np.nan for r in rows], marker, label=label)
     for level, style in ((1.0, "-"), (0.9, "--"), (FLOOR, ":")):
         bottom.axhline(level, color="grey", linestyle=style, linewidth=0.8)
     bottom.set_ylabel("kernel ratio")
