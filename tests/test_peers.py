@@ -243,8 +243,20 @@ def test_the_triton_kernel_in_triton_s_interpreter():
     pytest.importorskip("triton")
     pytest.importorskip("torch")
     child = """
-import torch, triton
+import sys
+import torch, triton, triton.language as tl
 from autotune.bench import triton_peer
+
+@triton.jit
+def bounded_by_an_argument(x_ptr, n):
+    for i in range(0, n, 1):
+        tl.store(x_ptr + i, i)
+
+try:
+    bounded_by_an_argument[(1,)](torch.zeros(3), 3)
+except Exception as error:  # e.g. Triton 3.6's interpreter with NumPy 2.4, which no longer makes int() of a 1-element array
+    print(f"Triton's interpreter cannot run a loop bounded by an argument here: {error}", file=sys.stderr)
+    sys.exit(77)
 for precision, configs in (("ieee", triton_peer.CONFIGS), ("tf32x3", triton_peer.TF32X3_CONFIGS)):
     for bm, bn, bk in sorted({c[:3] for c in configs}):
         m, n, k = 2 * bm + 3, bn + 5, 2 * bk + 7
@@ -258,6 +270,8 @@ for precision, configs in (("ieee", triton_peer.CONFIGS), ("tf32x3", triton_peer
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     done = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=600,
                           cwd=Path(__file__).parent.parent)
+    if done.returncode == 77:
+        pytest.skip(done.stderr.strip().splitlines()[-1])
     assert done.returncode == 0, done.stderr[-3000:]
 
 
