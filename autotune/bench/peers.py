@@ -115,8 +115,8 @@ def geomean(values: list[float]) -> float | None:
 
 
 def geomeans(rows: list[dict]) -> dict:
-    """Per category, and over all rows: the geometric means of mmtune's GFLOPS over cuBLAS's and
-    Triton's (kernel, and call), each over the shapes where both were measured."""
+    """Per category, and over all rows: the geometric means of mmtune's GFLOPS over each COMPARED
+    peer's (kernel, and call), each over the shapes where both were measured."""
     out = {}
     for name in (*CATEGORIES, "all"):
         group = [r for r in rows if name == "all" or r["category"] == name]
