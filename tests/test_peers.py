@@ -14,13 +14,12 @@ import pytest
 from conftest import ON_GPU
 
 from autotune import lookup
-from autotune.bench import accuracy, peers
-from autotune.bench import report
-from autotune.bench.suite import parse_shapes
-from autotune.store.records import shipped_rows, suites
-from autotune.measure.measurement import error_bound, reference
+from autotune.bench import accuracy, peers, report
 from autotune.bench.accuracy import Operands, checked_rows, exact_on_host
 from autotune.bench.peers import Lineup, Peer, bench_peers, category, geomeans, seeded_shapes, summary
+from autotune.bench.suite import parse_shapes
+from autotune.measure.measurement import error_bound, reference
+from autotune.store.records import shipped_rows, suites
 
 SUITES = suites()
 

@@ -86,7 +86,7 @@ def errors(rows64, exact: Exact) -> Errors:
 
 def _median(values: list[float]) -> float | None:
     """The median, with NaN counted as the worst; None unless finite (JSON has no inf)."""
-    middle = statistics.median(value if value == value else math.inf for value in values)
+    middle = statistics.median(math.inf if math.isnan(value) else value for value in values)
     return middle if math.isfinite(middle) else None
 
 

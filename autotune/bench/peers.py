@@ -36,7 +36,6 @@ from autotune.bench.accuracy import DTYPE, ERROR_KEYS, peer_errors
 from autotune.bench.report import COMPARED, FLOOR, LABELS, PEER_NAMES, RATIOS, source_commit, write
 from autotune.measure.measurement import versions
 
-
 CATEGORIES = ("mid", "skinny", "odd", "large")
 
 

@@ -12,6 +12,7 @@ from autotune.bench.accuracy import DTYPE, Exact, Operands, checked_rows, draw_s
 from autotune.errors import PeersError
 from autotune.measure.measurement import device_info, error_bound, reference, time_launches
 
+
 class TorchDevice:
     """The GPU through PyTorch: CUDA tensors, TF32 off, kernels timed over CUDA graphs."""
 
