@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from types import SimpleNamespace
 
 from .base import DeviceLimits, Kernel
+from .rules import Arch
 
 HOPPER = (9, 0)
 
@@ -92,7 +93,7 @@ def compile_report(kernel: Kernel, cc: tuple[int, int] = HOPPER) -> Resources:
     return parse_report(log, cc)
 
 
-def link(code: bytes, cc: tuple[int, int], name: str, output: str = "cubin") -> tuple[bytes, str]:
+def link(code: bytes, cc: tuple, name: str, output: str = "cubin") -> tuple[bytes, str]:
     """Link-time optimize LTO-IR with nvJitLink and assemble it for `cc`: (the cubin, or with
     output="ptx" the optimized PTX; the assembler's -v log). Without LTO, ptxas would compile the
     kernel as relocatable code that calls its 64-bit division helpers instead of inlining them:
@@ -102,7 +103,7 @@ def link(code: bytes, cc: tuple[int, int], name: str, output: str = "cubin") -> 
     spills) would then be missing."""
     from cuda.bindings import nvjitlink
 
-    options = [f"-arch=sm_{cc[0]}{cc[1]}", "-lto", "-verbose", "-no-cache"] + (["-ptx"] if output == "ptx" else [])
+    options = [f"-arch={Arch.of(cc).sm}", "-lto", "-verbose", "-no-cache"] + (["-ptx"] if output == "ptx" else [])
     handle = nvjitlink.create(len(options), options)
     try:
         nvjitlink.add_data(handle, nvjitlink.InputType.LTOIR, code, len(code), name)

@@ -93,33 +93,43 @@ def peeled_rows(m: int, params: dict, layout: str = "NN") -> int:
 
 @dataclass(frozen=True, order=True)
 class Arch:
-    """A compute capability: parsed from "9.0", "sm_90" or (9, 0) here and nowhere else."""
+    """A compute capability: parsed from "9.0", "sm_90" or (9, 0) here and nowhere else. `variant`
+    "a" ("9.0a", "sm_90a", (9, 0, "a")) names the features of exactly that architecture (sm_90a's
+    wgmma): code built for it runs on no other GPU."""
 
     major: int
     minor: int
+    variant: str = ""
 
     @classmethod
-    def of(cls, cc: "str | tuple[int, int] | Arch") -> "Arch":
+    def of(cls, cc: str | tuple | Arch) -> Arch:
         if isinstance(cc, Arch):
             return cc
         if isinstance(cc, tuple):
-            return cls(int(cc[0]), int(cc[1]))
+            return cls(int(cc[0]), int(cc[1]), *(str(part) for part in cc[2:3]))
         text = str(cc).strip().lower().removeprefix("sm_")
+        variant = text[-1] if text[-1:] == "a" else ""
+        digits = text.removesuffix(variant)
         try:
-            if "." in text:
-                major, minor = text.split(".")
-                return cls(int(major), int(minor))
-            return cls(int(text[:-1]), int(text[-1]))
+            if "." in digits:
+                major, minor = digits.split(".")
+                return cls(int(major), int(minor), variant)
+            return cls(int(digits[:-1]), int(digits[-1]), variant)
         except ValueError:
-            raise ValueError(f"not a compute capability: {cc!r} (expected e.g. 9.0 or sm_90)") from None
+            raise ValueError(f"not a compute capability: {cc!r} (expected e.g. 9.0, sm_90 or sm_90a)") from None
 
     def __str__(self) -> str:
-        return f"{self.major}.{self.minor}"
+        return f"{self.major}.{self.minor}{self.variant}"
 
     @property
     def pair(self) -> tuple[int, int]:
         return self.major, self.minor
 
     @property
+    def target(self) -> tuple:
+        """The `cc` numba-cuda compiles for: (9, 0), or (9, 0, "a") for sm_90a."""
+        return (*self.pair, self.variant) if self.variant else self.pair
+
+    @property
     def sm(self) -> str:
-        return f"sm_{self.major}{self.minor}"
+        return f"sm_{self.major}{self.minor}{self.variant}"

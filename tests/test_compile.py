@@ -303,3 +303,37 @@ def test_what_a_gpu_of_an_older_architecture_is_offered_compiles_for_it(cc):
     assert not [r for r in offered if r["error"]], offered
     assert (piped["error"] is None) == (cc == "8.0"), piped
     assert "requires .target sm_90" in split["error"], split
+
+
+SM90A_CHILD = """
+import sys
+from numba import cuda
+from kernels.ptx import asm
+from kernels.resources import link
+from kernels.rules import Arch
+
+fence = asm("wgmma.fence.sync.aligned;")
+
+def probe():
+    fence()
+
+for cc in (Arch(9, 0, "a"), Arch(9, 0)):
+    try:
+        code, _ = cuda.compile(probe, (), device=False, abi="numba", cc=cc.target, output="ltoir")
+        cubin, _ = link(bytes(code), cc.target, "probe")
+        print(cc.sm, "ok", len(cubin))
+    except Exception as failure:  # noqa: BLE001
+        print(cc.sm, "refused", str(failure).replace(chr(10), " ")[:300])
+"""
+
+
+def test_an_arch_specific_instruction_compiles_for_sm_90a_and_not_for_sm_90():
+    """wgmma needs the sm_90a target: NVVM for compute_90a and nvJitLink for sm_90a (the "a" kept
+    through kernels.resources.link), while a plain sm_90 build refuses it."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    child = subprocess.run([sys.executable, "-c", SM90A_CHILD], env=env, capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0, child.stderr[-3000:]
+    arch_specific, plain = child.stdout.splitlines()
+    assert arch_specific.startswith("sm_90a ok") and int(arch_specific.split()[-1]) > 0, arch_specific
+    assert plain.startswith("sm_90 refused") and "wgmma" in plain, plain
+

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import kernels.rules
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,3 +65,8 @@ def test_a_compute_capability_reads_every_way_it_is_written():
     assert {Arch.of("9.0"), Arch.of("sm_90"), Arch.of((9, 0)), Arch.of("90"), Arch.of(Arch(9, 0))} == {Arch(9, 0)}
     assert (str(Arch.of("sm_100")), Arch.of("10.0").sm, Arch.of("8.6").pair) == ("10.0", "sm_100", (8, 6))
     assert Arch.of("8.0") < Arch.of("8.6") < Arch.of("9.0") < Arch.of("10.0")
+    sm90a = Arch(9, 0, "a")  # exactly sm_90's features (wgmma): its own target, apart from sm_90
+    assert {Arch.of("9.0a"), Arch.of("sm_90a"), Arch.of("SM_90A"), Arch.of((9, 0, "a"))} == {sm90a} != {Arch(9, 0)}
+    assert (str(sm90a), sm90a.sm, sm90a.pair, sm90a.target, Arch(9, 0).target) == ("9.0a", "sm_90a", (9, 0), (9, 0, "a"), (9, 0))
+    with pytest.raises(ValueError, match="not a compute capability: 'sm_9x'"):
+        Arch.of("sm_9x")
