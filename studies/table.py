@@ -138,6 +138,11 @@ SHIPPED = {
                     "tf32x3": "dc50226632e9b3d6", "vector": "8bfff77fd2b69181"},
          "what": "the families' records built with keywords, their tile movers given a Movement, one "
                  "compute-capability parser: the same sm_90 PTX for all 41 records (studies/ptx_same.py)"},
+        {"step": "relabel", "commit": "step 38 (issue 39)",
+         "hashes": {"dmma": "06d80e040ec03129", "splitk": "e3c48b5f41d0c25a", "streamk": "cc0f3336ceccad32",
+                    "tf32x3": "73227d1a9e9657c2", "vector": "a8f0260fda7b91dd"},
+         "what": "kernels.rules.Arch names arch-specific targets (sm_90a): the same sm_90 PTX for all 41 "
+                 "records (studies/ptx_same.py)"},
     ],
 }
 
