@@ -133,3 +133,16 @@ class Arch:
     @property
     def sm(self) -> str:
         return f"sm_{self.major}{self.minor}{self.variant}"
+
+    @property
+    def native(self) -> Arch:
+        """What numba-cuda compiles for on a GPU of this compute capability: from 9.0 on, its
+        arch-specific target (sm_90a), so that a kernel stored for it is the one a tune timed."""
+        return Arch(*self.pair, "a") if self.pair >= (9, 0) else Arch(*self.pair)
+
+    def has(self, needed: str | tuple | Arch) -> bool:
+        """Whether a GPU of this compute capability has what code built for `needed` uses: an
+        arch-specific target's features exist on that architecture alone, the rest on it and on
+        every later one."""
+        needed = Arch.of(needed)
+        return self.pair == needed.pair if needed.variant else self.pair >= needed.pair

@@ -20,7 +20,9 @@ is the rest of x, scaled by SMALL_SCALE before it is rounded, so that it stays a
 that; the scale leaves every small part under half its x, so that no finite sum of small
 products overflows where the products of x do not. Inf thus reaches a sum only through the
 small products, with its IEEE sign: Inf * b gives Inf * big(b), whose sign is b's, and every
-big part is finite (`split_parts` is the rule, in Python).
+big part is finite (`split_parts` is the rule, in Python). `split_tf32(0)` holds the small part
+unscaled, for a kernel that adds all three products into one sum (kernels.wgmma): then it stays
+a normal number down to x of 2**-115 only.
 
 Under the CUDA simulator, which runs a block's threads as Python threads, each call posts the
 lane's a and b and meets the block's other threads at a barrier, so every thread of the block
@@ -90,8 +92,11 @@ def mma(shape: str, kind: str = "f64"):
     return _simulated_mma(shape, kind) if config.ENABLE_CUDASIM else _intrinsic_mma(shape, kind)
 
 
-def split_tf32():
-    return split_parts if config.ENABLE_CUDASIM else _intrinsic_split_tf32()
+def split_tf32(shift: int = SMALL_SHIFT):
+    """split(x) -> (big, small), small held times 2**shift (split_parts)."""
+    if config.ENABLE_CUDASIM:
+        return lambda x: split_parts(x, shift)
+    return _intrinsic_split_tf32(shift)
 
 
 def round_tf32(x: float) -> float:
@@ -108,8 +113,8 @@ def truncated_tf32(x: float) -> float:
     return struct.unpack("<f", struct.pack("<I", bits))[0]
 
 
-def split_parts(x: float) -> tuple[float, float]:
-    """(big, small) of float32 `x` as split_tf32 computes them on the GPU, bit for bit."""
+def split_parts(x: float, shift: int = SMALL_SHIFT) -> tuple[float, float]:
+    """(big, small) of float32 `x` as split_tf32(shift) computes them on the GPU, bit for bit."""
     bits = _bits(x)
     magnitude = bits & ~SIGN_BIT
     if magnitude < ROUNDS_TO_INF:
@@ -119,7 +124,7 @@ def split_parts(x: float) -> tuple[float, float]:
         bits -= INF_TO_ONE
     big = _float(bits)
     with np.errstate(all="ignore"):  # Inf - 1, NaN - NaN
-        rest = (np.float32(x) - np.float32(big)) * np.float32(SMALL_SCALE)  # float32's arithmetic
+        rest = (np.float32(x) - np.float32(big)) * np.float32(2.0**shift)  # float32's arithmetic
     return big, _float((_bits(rest) + TF32_HALF) & ~TF32_DROPPED_MASK & 0xFFFFFFFF)
 
 
@@ -217,7 +222,7 @@ def _intrinsic_mma(shape: str, kind: str):
     return mma
 
 
-def _intrinsic_split_tf32():
+def _intrinsic_split_tf32(shift: int):
     from llvmlite import ir
     from numba import types
     from numba.cuda.extending import intrinsic
@@ -235,7 +240,7 @@ def _intrinsic_split_tf32():
         f"@%inf sub.u32 %u, %u, {INF_TO_ONE};",
         "mov.b32 %big, %u;",
         "sub.rn.f32 %t, $2, %big;",
-        f"mul.rn.f32 %t, %t, 0f{_bits(SMALL_SCALE):08X};",
+        *([f"mul.rn.f32 %t, %t, 0f{_bits(2.0**shift):08X};"] if shift else []),
         "mov.b32 %v, %t;",
         f"add.u32 %v, %v, {TF32_HALF};",
         f"and.b32 %v, %v, {~TF32_DROPPED_MASK & 0xFFFFFFFF};",

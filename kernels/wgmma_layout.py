@@ -94,6 +94,13 @@ def accumulator(thread, register):
     return row, column
 
 
+def a_fragment(thread, register):
+    """(row, k) of the 64 x STEP_K slice of A that `register` (0-3) of warpgroup `thread` holds
+    where A comes from registers (CUTLASS's ALayout_64x8 for TF32): rows 8 apart, k 4 apart."""
+    warp, lane = thread >> 5, thread & 31
+    return 16 * warp + (lane >> 2) + 8 * (register & 1), (lane & 3) + 4 * (register >> 1)
+
+
 def mma(words: np.ndarray, a_bits: int, b_bits: int, n: int, sums: np.ndarray) -> np.ndarray:
     """The warpgroup's sums (THREADS x n/2, float32) after one m64n{n}k8 instruction: A (64 x 8)
     and B's transpose (n x 8) read through their descriptors and added to `sums` in float64,

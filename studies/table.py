@@ -85,6 +85,10 @@ SAMPLES = 5
 # after studies/ptx_same.py found its sm_90 PTX unchanged. The result is written as
 # `mmtune promote` writes a records file (autotune.store.records.promote).
 
+#: every family's source hash after step 39's edits, which left their PTX as it was
+STEP39_HASHES = {"dmma": "76cd1f097b077356", "tf32x3": "5b9d3af671d86edb", "vector": "518e63140bddc879",
+                 "splitk": "2f9dd882e04ed428", "streamk": "622bc048752f2d54", "wgmma": "cfa194878a0bd632"}
+
 SHIPPED = {
     "measured/nvidia-h200.json": [
         {"step": "table", "commit": "9494194",
@@ -143,6 +147,19 @@ SHIPPED = {
                     "tf32x3": "73227d1a9e9657c2", "vector": "a8f0260fda7b91dd"},
          "what": "kernels.rules.Arch names arch-specific targets (sm_90a): the same sm_90 PTX for all 41 "
                  "records (studies/ptx_same.py)"},
+        {"step": "promote", "commit": "step 39 (issue 39)", "file": "h200/step39/tune/tuned.json",
+         "what": "step 39: the warpgroup family (wgmma, precision tf32x3) tuned at 11 wide-suite shapes in NN, "
+                 "3 in NT and 2 in TN"},
+        {"step": "relabel", "commit": "step 39 (issue 39)", "hashes": STEP39_HASHES,
+         "what": "the TF32 split takes a scale, Arch.has and Arch.native, the wgmma docstring: the same "
+                 "sm_90 PTX for all 41 records and the 30 wgmma rows of step 39 (studies/ptx_same.py)"},
+    ],
+    "records/nvidia-h100-80gb-hbm3.json": [
+        {"step": "promote", "commit": "step 39 (issue 39)", "file": "h100/step39/tune/tuned.json",
+         "what": "step 39: the warpgroup family (wgmma, precision tf32x3) tuned at 11 wide-suite shapes in NN, "
+                 "2 in NT and 1 in TN, on an H100"},
+        {"step": "relabel", "commit": "step 39 (issue 39)", "hashes": STEP39_HASHES,
+         "what": "the wgmma docstring: the same sm_90 PTX for the 30 wgmma rows of step 39 (studies/ptx_same.py)"},
     ],
 }
 

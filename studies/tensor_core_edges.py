@@ -6,7 +6,7 @@ given, launched on the same tensors), both against C64, the float64 product of t
 operands. Reports whether Inf and NaN land where cuBLAS puts them (positions and signs), and on
 the finite elements max |C - C64| / (|A| |B|) and ||C - C64||_F / ||C64||_F.
 
-    python studies/tensor_core_edges.py --shapes 1024x1024x1024,4096x4096x4096 --out OUT
+    python studies/tensor_core_edges.py --shapes 1024x1024x1024,4096x4096x4096 [--families tf32x3,wgmma] --out OUT
 
 Cases: uniform (U[-1, 1]), wide (+-2^U[-30, 30]), special values in A or in B (+Inf, -Inf, NaN,
 Inf times 0, Inf - Inf), near FLT_MAX (A in [3.4021e38, 3.4027e38], B about 1e-30), tiny normal
@@ -31,6 +31,7 @@ TF32X3 = {"bm": 64, "bn": 128, "bk": 16, "chunk": 2, "min_blocks": 1, "mma": "m1
           "warps_m": 2, "warps_n": 2}
 DMMA = {"bm": 64, "bn": 128, "bk": 16, "min_blocks": 1, "mma": "m16n8k4", "splits": 1, "stages": 3, "warps_m": 1,
         "warps_n": 4}
+WGMMA = {"bm": 128, "bn": 128, "stages": 4, "splits": 1, "min_blocks": 1}
 SPECIAL = ("special-A", "special-B")
 CASES = ("uniform", "wide", *SPECIAL, "near-max", "tiny-normal", "subnormal", "deep-subnormal")
 LAYOUTS = ("NN", "NT", "TN", "TT")
@@ -132,6 +133,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="1024x1024x1024,2048x2048x2048,4096x4096x4096")
     parser.add_argument("--layouts", default=",".join(LAYOUTS), help="layouts of the special-value cases")
+    parser.add_argument("--families", default="tf32x3,dmma", help="of tf32x3, dmma and wgmma (sm_90 alone)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -140,8 +142,9 @@ def main() -> None:
     layouts = args.layouts.split(",")
     rows = []
     for shape in [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]:
-        families = (("tf32x3", TF32X3, torch.float32, CASES), ("dmma", DMMA, torch.float64, SPECIAL))
-        for family, config, dtype, cases in families:
+        families = (("tf32x3", TF32X3, torch.float32, CASES), ("dmma", DMMA, torch.float64, SPECIAL),
+                    ("wgmma", WGMMA, torch.float32, CASES))
+        for family, config, dtype, cases in (f for f in families if f[0] in args.families.split(",")):
             name = str(dtype).split(".")[-1]
             built = {layout: build(family, config, name, shape, layout) for layout in layouts}
             for case in cases:
@@ -153,7 +156,7 @@ def main() -> None:
                               f"{r['nan_as_cublas']!s:5} max/|A||B| {r['max_error_over_AB']:.2e} "
                               f"frob {r['frobenius']:.2e}", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    result = {**device_info(), **versions(), "torch": torch.__version__, "configs": {"tf32x3": TF32X3, "dmma": DMMA},
+    result = {**device_info(), **versions(), "torch": torch.__version__, "configs": {"tf32x3": TF32X3, "dmma": DMMA, "wgmma": WGMMA},
               "rows": rows}
     (args.out / "edges.json").write_text(json.dumps(result, indent=1) + "\n")
 

@@ -15,6 +15,7 @@ from kernels.rules import unaligned_for
 
 #: configs sampled per family and dtype
 PROPERTY_SAMPLE = 24
+HOPPER_LIMITS = DeviceLimits.for_cc("9.0")
 
 
 def simulator_friendly(config: dict) -> bool:
@@ -23,6 +24,8 @@ def simulator_friendly(config: dict) -> bool:
         return True
     if "warps_m" in config:  # each mma meets the block's threads at a barrier in the simulator
         return config["warps_m"] * config["warps_n"] <= 2 and config["bm"] * config["bn"] <= 32 * 64
+    if "bk" not in config and "bm" in config:  # wgmma: each instruction meets the block's threads at a barrier
+        return config["bm"] * config["bn"] <= 64 * 64 and config["splits"] <= 2
     if "bm" in config:
         return config["bm"] * config["bn"] <= 64 * 64 and config["bk"] >= 8
     if "tpb" in config:
@@ -35,11 +38,16 @@ def simulator_friendly(config: dict) -> bool:
 @functools.cache
 def property_configs(every: bool = False) -> dict[tuple[str, str], list[dict]]:
     """(family, dtype) -> PROPERTY_SAMPLE feasible configs the simulator runs fast (any on a GPU),
-    or with `every`, every one."""
-    limits = DeviceLimits()
+    or with `every`, every one: within every GPU's 48 KB of shared memory where the family's
+    default fits, else within an H100's."""
+    def limits(family: str, dtype: str) -> DeviceLimits:
+        entry = kernels.family(family)
+        return DeviceLimits() if entry.restrict(entry.default, dtype, DeviceLimits()) is None else HOPPER_LIMITS
+
     return {
-        (family, dtype): ([c for c in feasible_configs(family, dtype, limits) if simulator_friendly(c)] if every else
-                          sample_configs(family, dtype, limits, PROPERTY_SAMPLE, seed=1, accept=simulator_friendly))
+        (family, dtype): ([c for c in feasible_configs(family, dtype, limits(family, dtype)) if simulator_friendly(c)]
+                          if every else sample_configs(family, dtype, limits(family, dtype), PROPERTY_SAMPLE, seed=1,
+                                                       accept=simulator_friendly))
         for family in kernels.FAMILIES
         for dtype in kernels.DTYPES
         if family in families_for(dtype)

@@ -103,7 +103,7 @@ def test_lookup_in_the_simulator():
     [
         (("tune", "--m", 0, "--n", 4, "--k", 4, "--simulate"), "error: M, N and K must be positive, got 0x4x4\n"),
         (("tune", "--m", 4, "--n", 4, "--k", 4, "--dtype", "float16", "--simulate"), "error: unsupported dtype 'float16'; supported: float32, float64, int32\n"),
-        (("tune", "--m", 4, "--n", 4, "--k", 4, "--family", "cublas", "--simulate"), "error: unknown kernel family 'cublas'; known: dmma, tf32x3, vector, splitk, register, streamk, shared, naive, gemv\n"),
+        (("tune", "--m", 4, "--n", 4, "--k", 4, "--family", "cublas", "--simulate"), "error: unknown kernel family 'cublas'; known: wgmma, dmma, tf32x3, vector, splitk, register, streamk, shared, naive, gemv\n"),
         (("best", "--m", 4), "error: give all of --m, --n and --k, or none\n"),
         (("bench", "--shapes", "4x4", "--simulate"), "error: '4x4' is neither a suite (standard, squares, quick, wide, seeded) nor a shape MxNxK\n"),
         (("bench", "--peers", "--dtype", "float64", "--simulate"), "error: --peers times float32 only\n"),

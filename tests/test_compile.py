@@ -20,7 +20,7 @@ from kernels.warp_mma import SHAPES, counts
 #: configs compiled per family in its first dtype (float32; dmma: float64), and in each other one;
 #: `python -m pytest -m sweep` compiles SWEEP_SAMPLE of every family in every dtype
 SAMPLES = {"naive": (1, 1), "shared": (1, 1), "register": (1, 1), "vector": (2, 1), "splitk": (1, 1), "streamk": (1, 1),
-           "dmma": (2, 0), "tf32x3": (2, 0), "gemv": (1, 1)}
+           "dmma": (2, 0), "tf32x3": (2, 0), "gemv": (1, 1), "wgmma": (2, 0)}
 SWEEP_SAMPLE = 40
 CHILD = """
 import json, sys
@@ -28,20 +28,26 @@ import kernels
 from autotune.space.configs import DeviceLimits, sample_configs
 from kernels.resources import HOPPER, link, ltoir, parse_report
 family, dtype, count, part, parts = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
-configs = sample_configs(family, dtype, DeviceLimits(), count, seed=hash((family, dtype)) % 1000)[part::parts]
+entry = kernels.family(family)
+# every GPU's 48 KB of shared memory where the family's default fits in it, else an H100's; sm_90a
+# for a family whose instructions exist there alone (wgmma), else sm_90
+limits = DeviceLimits() if entry.restrict(entry.default, dtype, DeviceLimits()) is None else DeviceLimits.for_cc("9.0")
+target = entry.oldest_arch(dtype) if len(entry.oldest_arch(dtype) or ()) == 3 else HOPPER
+configs = sample_configs(family, dtype, limits, count, seed=hash((family, dtype)) % 1000)[part::parts]
 for config in configs:
     kernel = kernels.build(family, config, dtype)
     try:  # compiled once as it runs (link-time optimized): the assembler's report and the PTX it assembled
-        code = ltoir(kernel, HOPPER)
-        resources = parse_report(link(code, HOPPER, family)[1], HOPPER)
-        text = link(code, HOPPER, family, output="ptx")[0].decode()
-        error = resources.problem(kernel.threads, DeviceLimits())
+        code = ltoir(kernel, target)
+        resources = parse_report(link(code, target, family)[1], target)
+        text = link(code, target, family, output="ptx")[0].decode()
+        error = resources.problem(kernel.threads, limits)
     except Exception as failure:  # noqa: BLE001 - any compiler failure is this config's verdict
         resources, text, error = None, "", f"{type(failure).__name__}: {failure}"
     print(json.dumps({"config": config, "resources": resources and resources.as_dict(), "error": error,
                       "mma": text.count("mma.sync.aligned."),
                       "tf32_mma": text.count(f"mma.sync.aligned.{config.get('mma')}.row.col.f32.tf32.tf32.f32"),
-                      "tf32_splits": text.count("setp.lt.f32 %near"),
+                      "tf32_splits": text.count("setp.lt.f32 %near"), "dynamic_shared": kernel.dynamic_shared,
+                      "wgmma": text.count("wgmma.mma_async.sync.aligned.m64n"),
                       "vector_loads": text.count("ld.shared.v"), "global_vector_loads": text.count("ld.global.v"), "atomic_adds": text.count("red.global.add") + text.count("atom.global.add"),
                       "scalar_shared_loads": sum(text.count(f"ld.shared.{t}") for t in ("f32", "f64", "u32", "b32"))}))
 """
@@ -108,10 +114,13 @@ def check_compiled(family: str, dtype: str, count: int) -> None:
             loops = 2  # the k-loop without bounds tests and the one with them
             assert r["mma"] == loops * steps * tiles_m * tiles_n * 3, r
             assert r["tf32_splits"] == loops * steps * (tiles_m * a_count + tiles_n * b_count), r
+    if family == "wgmma":  # one K-tile's 12 instructions, A and B split in registers, K split through adds
+        assert all(r["wgmma"] == 12 and r["tf32_splits"] and not r["mma"] for r in results), results
+        assert all(bool(r["atomic_adds"]) == (r["config"]["splits"] > 1) for r in results), results
     for r in results:
         res = r["resources"]
         assert 0 < res["registers"] <= 255
-        if family == "naive":
+        if family == "naive" or r["dynamic_shared"]:  # the report counts static shared memory alone
             assert res["shared_bytes"] == 0
         else:
             expected = kernels.family(family).shared_bytes(r["config"], dtype)

@@ -35,6 +35,7 @@ if ON_GPU:
         CONFIGS[name].append({**kernels.FAMILIES[name].default, **ASYNC, "stages": 3})
     CONFIGS["dmma"].append({**DMMA_TILE, "mma": "m16n8k4", "splits": 2})
     CONFIGS["tf32x3"].append({**TF32X3_TILE, "mma": "m16n8k8", "splits": 2})
+    CONFIGS["wgmma"].append({"bm": 128, "bn": 128, "stages": 4, "splits": 2, "min_blocks": 1})
     SHAPES = [(1, 1, 1), (1, 1000, 1), (257, 129, 1), (513, 1021, 769), (1000, 1000, 1000), (1000, 1024, 996)]
     FAMILY_SHAPES = {}
 else:
@@ -73,6 +74,11 @@ else:
             {"mma": "m16n8k8", "bm": 16, "bn": 8, "bk": 8, "warps_m": 1, "warps_n": 1, "stages": 3, "chunk": 1,
              "splits": 1, "min_blocks": 1},
         ],
+        # one warpgroup a block (tests/test_wgmma.py runs two); the ring of raw tiles wrapping, K split
+        "wgmma": [
+            {"bm": 64, "bn": 64, "stages": 2, "splits": 1, "min_blocks": 1},
+            {"bm": 64, "bn": 64, "stages": 3, "splits": 2, "min_blocks": 1},
+        ],
         # K=19 in 4 splits of one 8-step each leaves the fourth split empty
         "splitk": [
             {"bm": 32, "bn": 32, "bk": 8, "tm": 4, "tn": 4, "pad": 4, "stages": 2, "min_blocks": 1, "splits": 4,
@@ -103,6 +109,8 @@ else:
     # unevenly, and (the last) aligned rows in every layout with whole tiles inside C and K long
     # enough for copies without bounds tests
     FAMILY_SHAPES = {"tf32x3": [(1, 1, 1), (7, 1, 3), (17, 23, 19), (32, 20, 32)],
+                     # a warpgroup's 128 threads meet at a barrier per instruction, 12 a K-tile of 32
+                     "wgmma": [(1, 1, 1), (17, 23, 19), (32, 20, 72)],
                      # a few rows, as gemv serves: its rows of blocks cost a whole row of C each
                      "gemv": [(1, 1, 1), (1, 13, 1), (7, 1, 3), (3, 41, 37), (8, 36, 44)]}
 

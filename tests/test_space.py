@@ -10,6 +10,7 @@ from autotune.space.guesses import (
 from kernels.dmma import FIRST_TILE as DMMA_TILE
 from kernels.gemv import FEW_ROWS_TILES as GEMV_TILES
 from kernels.tf32x3 import FIRST_TILE as TF32X3_TILE
+from kernels.wgmma import FIRST_TILE as WGMMA_TILE
 from autotune.space.configs import (
     DeviceLimits, GpuLimits, default_config, families_for, feasible_configs, infeasibility, sample_configs,
 )
@@ -29,8 +30,11 @@ def test_defaults_are_feasible_everywhere_for_the_dtypes_the_family_takes(family
     reason = infeasibility(family, default_config(family), dtype, LIMITS)
     if family == "dmma" and dtype != "float64":  # the FP64 tensor cores
         assert reason == "the FP64 tensor cores multiply float64 only" and family not in families_for(dtype)
-    elif family == "tf32x3" and dtype != "float32":  # float32 as three TF32 products
+    elif family in ("tf32x3", "wgmma") and dtype != "float32":  # float32 as three TF32 products
         assert reason == "three TF32 products make float32 only" and family not in families_for(dtype)
+    elif family == "wgmma":  # its tiles take more than 48 KB of shared memory, which Hopper has
+        assert "bytes of shared memory > 49152" in reason and family in families_for(dtype)
+        assert infeasibility(family, default_config(family), dtype, GpuLimits.for_cc("9.0")) is None
     else:
         assert reason is None and family in families_for(dtype)
 
@@ -192,16 +196,19 @@ def test_float64_takes_the_fp64_tensor_cores_by_compute_capability():
 def test_float32_takes_three_tf32_products_on_data_center_gpus_from_sm80_on():
     hopper = DeviceLimits.for_cc("9.0")
     guesses = shape_guesses((4096, 4096, 4096), "float32", on(hopper, 132, "9.0"))
-    assert guesses[0].family == "tf32x3" and guesses[0].params == {**TF32X3_TILE, "mma": "m16n8k8", "splits": 1}
-    split, whole = shape_guesses((512, 512, 16384), "float32", on(hopper, 132, "9.0"))[:2]  # 32 tiles: split for 2 waves
+    assert guesses[0].family == "wgmma" and guesses[0].params == {**WGMMA_TILE, "splits": 1}  # sm_90a's own
+    assert guesses[1].family == "tf32x3" and guesses[1].params == {**TF32X3_TILE, "mma": "m16n8k8", "splits": 1}
+    skinny = shape_guesses((512, 512, 16384), "float32", on(hopper, 132, "9.0"))
+    assert [g.params["splits"] for g in skinny[:2]] == [32, 1] and skinny[0].family == "wgmma"  # 16 tiles of 32-K steps
+    split, whole = skinny[2:4]  # 32 tiles: split for 2 waves
     assert (split.family, whole.family) == ("tf32x3", "tf32x3")
     assert (split.params["splits"], whole.params["splits"]) == (16, 1)
     ampere = shape_guesses((4096, 4096, 4096), "float32", on(DeviceLimits.for_cc("8.0"), 108, "8.0"))[0]
     assert (ampere.family, ampere.params["mma"]) == ("tf32x3", "m16n8k8")
     for dtype, cc in (("float32", "7.0"), ("float32", "7.5"), ("float32", "8.6"), ("float32", "8.9"), ("float32", None),
                       ("float64", "9.0"), ("int32", "9.0")):
-        assert all(g.family != "tf32x3" for g in shape_guesses((4096, 4096, 4096), dtype, on(hopper, 132, cc)))
-    assert families_for("float32")[0] == "tf32x3" and "dmma" not in families_for("float32")
+        assert all(g.family not in ("tf32x3", "wgmma") for g in shape_guesses((4096, 4096, 4096), dtype, on(hopper, 132, cc)))
+    assert families_for("float32")[:2] == ["wgmma", "tf32x3"] and "dmma" not in families_for("float32")
     assert "tf32x3" not in families_for("float64") and "tf32x3" not in families_for("int32")
 
 
@@ -253,7 +260,11 @@ def test_configs_use_only_the_instructions_their_gpu_has():
     assert infeasibility("splitk", split, "float32", h200) is None
     assert infeasibility("splitk", split, "float64", a100) is None  # float64 adds one element at a time
     assert families_for("float32", "7.5") == [f for f in families_for("float32")
-                                              if f not in ("tf32x3", "splitk", "streamk")]
+                                              if f not in ("wgmma", "tf32x3", "splitk", "streamk")]
+    wgmma = default_config("wgmma")  # sm_90a's instructions: an H100 or H200, and no GPU before or after
+    assert infeasibility("wgmma", wgmma, "float32", h200) is None
+    for other in (a100, GpuLimits.for_cc("10.0")):
+        assert "wgmma.mma_async (sm_90a) needs compute capability 9.0a" in infeasibility("wgmma", wgmma, "float32", other)
     assert "streamk" in families_for("float64", "8.0")
     assert families_for("float64", "8.0") == families_for("float64")
 

@@ -31,6 +31,8 @@ if ON_GPU:
                   "min_blocks": 1, "mma": "m16n8k4"},
                  {"bm": 64, "bn": 128, "bk": 16, "warps_m": 1, "warps_n": 4, "stages": 3, "splits": 2,
                   "min_blocks": 1, "mma": "m8n8k4"}],
+        "wgmma": [{"bm": 128, "bn": 128, "stages": 4, "splits": 1, "min_blocks": 1},
+                  {"bm": 64, "bn": 64, "stages": 3, "splits": 2, "min_blocks": 1}],
     }
 else:
     # several tiles each way, a partial tile at every edge, K over several k-steps; K split in two
@@ -44,10 +46,12 @@ else:
                   "min_blocks": 1},
                  {"mma": "m16n8k4", "bm": 16, "bn": 8, "bk": 8, "warps_m": 1, "warps_n": 1, "stages": 2,
                   "splits": 2, "min_blocks": 1}],
+        "wgmma": [{"bm": 64, "bn": 64, "stages": 2, "splits": 1, "min_blocks": 1}],
     }
-DTYPE = {"tf32x3": "float32", "dmma": "float64"}
-#: operands are held to 2**-147 (kernels.warp_mma.split_tf32): the bound allows twice that
-HELD = 2.0**-146
+DTYPE = {"tf32x3": "float32", "dmma": "float64", "wgmma": "float32"}
+#: float32 operands are held to 2**-147 by tf32x3's scaled small parts (kernels.warp_mma.split_tf32)
+#: and to 2**-137 by wgmma's unscaled ones (kernels.wgmma): the bound allows twice that
+HELD = {"tf32x3": 2.0**-146, "wgmma": 2.0**-136}
 
 
 def special(rng, m: int, n: int, k: int, dtype: str, where: str):
@@ -88,10 +92,10 @@ def run(family: str, index: int, A, B, layout: str) -> np.ndarray:
     return C.copy_to_host()
 
 
-def mismatches(C: np.ndarray, A: np.ndarray, B: np.ndarray) -> list[str]:
+def mismatches(C: np.ndarray, A: np.ndarray, B: np.ndarray, held: float = HELD["tf32x3"]) -> list[str]:
     """How C departs from IEEE's answer: Inf, its sign or NaN elsewhere than the reference has
     them, or a finite element off by more than the element type's rounding over K and, for
-    float32's tensor cores, the 2**-147 to which an operand is held."""
+    float32's tensor cores, twice what an operand is held to (`held`)."""
     expected = ieee_product(A, B)
     problems = []
     for name, test in (("Inf", np.isposinf), ("-Inf", np.isneginf), ("NaN", np.isnan)):
@@ -103,7 +107,10 @@ def mismatches(C: np.ndarray, A: np.ndarray, B: np.ndarray) -> list[str]:
     eps = np.finfo(A.dtype).eps
     with np.errstate(all="ignore"):
         scale = np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64))
-        absolute = HELD * (np.ones_like(A, np.float64) @ np.abs(B.astype(np.float64))) if A.dtype == np.float32 else 0
+        absolute = 0  # each operand held to `held`: A's error times |B|, and B's times |A|
+        if A.dtype == np.float32:
+            absolute = held * (np.ones_like(A, np.float64) @ np.abs(B.astype(np.float64))
+                               + np.abs(A.astype(np.float64)) @ np.ones_like(B, np.float64))
         bound = (k * eps + 8 * eps) * scale + absolute
         over = finite & (np.abs(C - expected) > bound)
     if over.any():
@@ -133,21 +140,24 @@ CASES = [pytest.param(family, i, id=f"{family}-{i}") for family in CONFIGS for i
 def test_inf_and_nan_land_where_ieee_puts_them(family, index, where, layout, rng):
     A, B = special(rng, *SHAPE, DTYPE[family], where)
     C = run(family, index, A, B, layout)
-    assert mismatches(C, A, B) == []
+    assert mismatches(C, A, B, HELD.get(family, 0.0)) == []
     assert np.isposinf(C).any() and np.isneginf(C).any() and np.isnan(C).any()
 
 
+FLOAT32_CASES = [pytest.param(family, i, id=f"{family}-{i}") for family in HELD for i in range(len(CONFIGS[family]))]
+
+
 @pytest.mark.parametrize("layout", ["NN", "TN"] if not ON_GPU else LAYOUTS)
-@pytest.mark.parametrize("index", range(len(CONFIGS["tf32x3"])))
-def test_tf32x3_holds_operands_at_the_edges_of_the_float32_range(index, layout, rng):
+@pytest.mark.parametrize("family,index", FLOAT32_CASES)
+def test_float32_families_hold_operands_at_the_edges_of_the_float32_range(family, index, layout, rng):
     for case, (A, B) in edges(rng, *SHAPE).items():
         A, B = A.astype(np.float32), B.astype(np.float32)
-        C = run("tf32x3", index, A, B, layout)
-        assert mismatches(C, A, B) == [], case
+        C = run(family, index, A, B, layout)
+        assert mismatches(C, A, B, HELD[family]) == [], case
         assert np.isfinite(C).all(), case
 
 
-def unfixed_split(x):
+def unfixed_split(x, shift=warp_mma.SMALL_SHIFT):
     """The split before IEEE's edges were handled, with today's scaled small part: big rounded to
     TF32 as it comes (Inf past 3.4020e38), the rest rounded before it is scaled (underflowing
     below 2**-115) and Inf - Inf = NaN for an infinite x."""

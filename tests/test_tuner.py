@@ -362,7 +362,7 @@ def test_every_family_module_is_in_the_registry_in_first_guess_order():
     families = [entry for entry in kernels.FAMILIES.values()]
     assert {entry.build.__module__.rsplit(".", 1)[1] for entry in families} <= modules
     assert [e.first_guess for e in families] == sorted(e.first_guess for e in families)
-    assert list(kernels.FAMILIES) == [e.name for e in families] == ["dmma", "tf32x3", "vector", "splitk", "register", "streamk", "shared", "naive", "gemv"]
+    assert list(kernels.FAMILIES) == [e.name for e in families] == ["wgmma", "dmma", "tf32x3", "vector", "splitk", "register", "streamk", "shared", "naive", "gemv"]
 
 
 class Forking(Replay):
@@ -401,14 +401,14 @@ def test_a_skinny_shape_starts_from_the_shape_rule(monkeypatch):
     monkeypatch.setenv("MMTUNE_PRETEND_GPU", "NVIDIA H200;9.0;132")
     replay = Replay()
     tune(TuneRequest(16, 4096, 4096, trials=2, families=["vector", "splitk"], jobs=1), replay, show_progress=False)
-    first = shape_guesses((16, 4096, 4096), "float32", on(DeviceLimits(), 132))[0]
+    first = shape_guesses((16, 4096, 4096), "float32", on(DeviceLimits.for_cc("9.0"), 132))[0]
     assert first.family == "splitk" and replay.calls[0] == first.key
 
 
 def test_a_tune_searches_the_families_that_take_its_dtype_on_its_gpu():
     tensor_cores = TuneRequest(4, 4, 4, precision="tf32x3")
     ffma = ["vector", "splitk", "register", "streamk", "shared", "naive", "gemv"]
-    assert tensor_cores.families_on("9.0") == ["tf32x3", *ffma]
+    assert tensor_cores.families_on("9.0") == ["wgmma", "tf32x3", *ffma]  # wgmma: sm_90a alone
     assert TuneRequest(4, 4, 4).families_on("9.0") == ffma
     assert TuneRequest(4, 4, 4, dtype="float64").families_on("8.0") == ["dmma", "vector", "splitk", "register", "streamk", "shared", "naive", "gemv"]
     assert TuneRequest(4, 4, 4, dtype="int32").families_on("9.0") == ["vector", "splitk", "register", "streamk", "shared", "naive", "gemv"]

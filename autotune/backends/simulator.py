@@ -42,7 +42,7 @@ class Simulator:
             raise ValueError(f"{PRETEND_ENV} must be 'NAME;CC;SMS' like 'NVIDIA H100 80GB HBM3;9.0;132', got {pretend!r}") from None
 
     def limits(self) -> DeviceLimits:
-        return DeviceLimits()
+        return DeviceLimits.for_cc(self.device().cc)
 
     def to_device(self, array):
         from numba import cuda

@@ -111,8 +111,8 @@ def _one_of(names: tuple[str, ...]) -> str:
 
 DTYPE_HELP = "Element type: float32, float64 or int32."
 PRECISION_HELP = ("How exactly float32 is computed: ieee (the CUDA cores, as cuBLAS's SGEMM; the default) or "
-                  "tf32x3 (also three TF32 products on the tensor cores, where faster; subnormal operands held "
-                  "to 2**-147). float64 and int32 are IEEE either way.")
+                  "tf32x3 (also three TF32 products on the tensor cores, where faster; operands held to "
+                  "2**-147, or 2**-137 on Hopper's warpgroup kernels). float64 and int32 are IEEE either way.")
 LAYOUT_HELP = ("How A and B are stored: NN, NT, TN or TT; T is the transpose of a C-contiguous array "
                "(A.T, B.T views).")
 

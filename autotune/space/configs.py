@@ -13,7 +13,7 @@ from typing import Callable
 
 import kernels
 from autotune.space.precision import allows
-from kernels.contract import DeviceLimits, all_configs
+from kernels.contract import OPT_IN_SHARED, DeviceLimits, all_configs
 from kernels.rules import Arch
 
 FAMILY_NAMES = tuple(kernels.FAMILIES)
@@ -61,7 +61,7 @@ def arch_infeasibility(family: str, config: dict, dtype: str, cc: str | None) ->
     if not cc:
         return None
     for instruction, arch in kernels.family(family).instructions(config, dtype).items():
-        if Arch.of(cc) < Arch.of(arch):
+        if not Arch.of(cc).has(arch):
             return f"{instruction} needs compute capability {Arch.of(arch)}, this GPU has {cc}"
     return None
 
@@ -87,11 +87,13 @@ def feasible_configs(family: str, dtype: str, limits: DeviceLimits) -> list[dict
 
 def families_for(dtype: str, cc: str | None = None, m: int | None = None, precision: str | None = None) -> list[str]:
     """The families whose kernels multiply `dtype` (whose restriction takes their default config
-    in it) on a GPU of compute capability `cc` (None or "": any; runs_on), for products of `m`
+    in it, within the shared memory such a GPU allows) on a GPU of compute capability `cc` (None
+    or "": any; runs_on), for products of `m`
     rows (None: any; Family.max_rows), in a precision that `precision` allows (None: any;
     autotune.space.precision), in kernels.FAMILIES order: what a tune searches unless told."""
+    limits = DeviceLimits.for_cc(cc) if cc else DeviceLimits(max_dynamic_shared_per_block=max(OPT_IN_SHARED.values()))
     return [name for name, entry in kernels.FAMILIES.items()
-            if entry.restrict(entry.default, dtype, DeviceLimits()) is None and runs_on(name, dtype, cc)
+            if entry.restrict(entry.default, dtype, limits) is None and runs_on(name, dtype, cc)
             and (m is None or entry.max_rows is None or m <= entry.max_rows)
             and (precision is None or allows(precision, entry.precision))]
 
@@ -101,7 +103,7 @@ def runs_on(family: str, dtype: str, cc: str | None) -> bool:
     in `dtype` (Family.oldest_arch): a tensor-core family needs the oldest architecture of its
     instructions, float32 split-K and stream-K the 16-byte atomic adds."""
     needs = kernels.family(family).oldest_arch(dtype)
-    return not cc or needs is None or Arch.of(cc) >= Arch.of(needs)
+    return not cc or needs is None or Arch.of(cc).has(needs)
 
 
 def default_config(family: str) -> dict:

@@ -94,7 +94,8 @@ def first_tile_guesses(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits) 
         if tile is None:
             continue
         schedules = entry.schedules
-        splits = wave_splits(shape, tile, sm_count) if schedules and schedules.split else 1
+        step = {"bk": entry.footprint(tile, dtype).bk} if entry.footprint else {}  # a K-step of its own
+        splits = wave_splits(shape, {**tile, **step}, sm_count) if schedules and schedules.split else 1
         configs += [Config.of(*schedules.config(tile, s)) if schedules else Config.of(entry.name, tile)
                     for s in dict.fromkeys((splits, 1))]
     return [c for c in configs if infeasibility(c.family, c.params, dtype, limits) is None]

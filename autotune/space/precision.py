@@ -4,9 +4,10 @@ A kernel computes in one precision (its family's `precision`, kernels.base.Famil
   ieee     every product and sum in the element type on the CUDA cores (FFMA), as cuBLAS's SGEMM
            and DGEMM do; float64's tensor-core family (dmma) too, whose products and sums are
            float64's own
-  tf32x3   float32 as three TF32 products on the tensor cores (kernels.tf32x3): float32's
-           accuracy on normal numbers, and IEEE's Inf and NaN, but operands below 2**-126
-           (subnormal ones) held to 2**-147 only (kernels.warp_mma.split_tf32)
+  tf32x3   float32 as three TF32 products on the tensor cores (kernels.tf32x3, and on Hopper
+           kernels.wgmma): float32's accuracy on normal numbers, and IEEE's Inf and NaN, but
+           operands held to 2**-147 only (kernels.warp_mma.split_tf32), and by the warpgroup
+           family to 2**-137 (its small parts unscaled), where float32 holds them to 2**-149
 A caller asks for a precision, and gets a kernel of that precision or of a stricter one:
 "tf32x3" allows the tensor cores, "ieee" does not. float64 and int32 have IEEE kernels alone,
 so that either request gives them the same kernels.
@@ -39,9 +40,9 @@ def default(dtype: str, cc: str | None) -> str:
     """The precision a float32 product gets when the caller names none: "ieee" everywhere.
 
     The tensor cores' float32 (tf32x3) is as accurate as cuBLAS's SGEMM on normal numbers, but
-    holds subnormal operands to 2**-147, which leaves a product of operands below about 2**-130
-    times cuBLAS's error and more (docs/performance.md): until it is exact there, it is asked for,
-    not given. `cc` is the GPU's compute capability, which a later default may weigh."""
+    holds operands to 2**-147 (2**-137 on Hopper's warpgroup family), which leaves a product of
+    operands below about 2**-130 (2**-120) times cuBLAS's error and more (docs/performance.md):
+    until it is exact there, it is asked for, not given. `cc` is the GPU's compute capability, which a later default may weigh."""
     return "ieee"
 
 

@@ -68,8 +68,9 @@ class BuildKey:
     @classmethod
     def of(cls, config: Config, dtype: str, shape: tuple[int, int, int], layout: str, arch: Arch) -> "BuildKey":
         """The build that computes a product of `shape` in `layout` (kernels.rules' offset width and
-        unaligned rows)."""
-        return cls(config, dtype, arch, layout=layout, offset_bits=offset_bits_for(*shape),
+        unaligned rows) on a GPU of architecture `arch`, for the target cuda.jit compiles for
+        there (Arch.native: sm_90a on sm_90, whose code no other GPU runs)."""
+        return cls(config, dtype, Arch.of(arch).native, layout=layout, offset_bits=offset_bits_for(*shape),
                    unaligned=unaligned_for(*shape, layout, dtype))
 
 
@@ -230,7 +231,7 @@ def build(key: BuildKey, root: Path | None = None) -> Entry:
     from kernels.resources import link, ltoir, parse_report
 
     parts = key_parts(key, root)
-    family, cc = key.config.family, key.arch.pair
+    family, cc = key.config.family, key.arch.target
     kernel = kernels.build(family, key.config.params, key.dtype, key.layout, key.offset_bits, key.unaligned)
     try:
         code = ltoir(kernel, cc)

@@ -1,0 +1,327 @@
+"""Hopper's warpgroup MMA (`wgmma.mma_async`, sm_90a) as device functions, each with the
+simulator's twin: the four warps of a warpgroup together compute a 64 x N product of TF32 values
+into float32 sums that stay in their registers (N/2 a thread, kernels.wgmma_layout.accumulator)
+while the instruction runs asynchronously.
+
+`multiply(n)` issues one m64n{n}k8 instruction with A from four registers a thread
+(wgmma_layout.a_fragment) and B through a shared-memory descriptor (`descriptor`, a K-major
+tile in the 128-byte swizzle): multiply(words, sums, a, b_descriptor, accumulate) -> sums, `a`
+the thread's four elements of A, where `words` is the block's shared memory as a float32 array (the simulator reads B
+there; the GPU reads it through the descriptor). Instructions issued after `fence()` form a group
+at `commit()`; `wait()` blocks until every group is done, and only then may the sums be read.
+`pin(sums)` keeps the compiler from moving arithmetic on them across those points (CUTLASS's
+warpgroup_fence_operand). Shared memory written by threads becomes visible to the instruction
+after `proxy_fence()` and a barrier.
+
+Under the simulator, which runs a block's threads as Python threads, each call posts the thread's
+part of A and meets the block's other threads at a barrier (every thread must call it the same
+number of times); the warpgroup's product is then computed once, from A as posted and B as the
+descriptor finds it in `words` (wgmma_layout.operand), in float64 and rounded to float32: it
+checks where data goes, not how the tensor cores round.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+from numba import config, cuda
+
+from . import ptx
+from . import wgmma_layout as layout
+
+#: the instruction's name in a family's instructions(), and the target that has it (sm_90a only)
+INSTRUCTION = "wgmma.mma_async (sm_90a)"
+TARGET = (9, 0, "a")
+#: a descriptor's bits other than its start: leading and stride offsets, and the swizzle
+_FIXED_BITS = layout.Descriptor(start=0).bits
+
+
+@cuda.jit(device=True)
+def descriptor(address):
+    """The descriptor of the K-major, 128-byte-swizzled tile (or slice) at shared `address`."""
+    return np.uint64(_FIXED_BITS) | (np.uint64(address & 0x3FFFF) >> np.uint64(4))
+
+
+def shared_address():
+    """address(array) -> the 32-bit shared-memory address of a shared array's first element
+    (0 under the simulator, where descriptors then hold offsets into the array)."""
+    return _simulated_address if config.ENABLE_CUDASIM else _intrinsic_address()
+
+
+def fence():
+    return _nothing if config.ENABLE_CUDASIM else ptx.asm("wgmma.fence.sync.aligned;")
+
+
+def commit():
+    return _nothing if config.ENABLE_CUDASIM else ptx.asm("wgmma.commit_group.sync.aligned;")
+
+
+def wait():
+    return _nothing if config.ENABLE_CUDASIM else ptx.asm("wgmma.wait_group.sync.aligned 0;")
+
+
+def proxy_fence():
+    return _nothing if config.ENABLE_CUDASIM else ptx.asm("fence.proxy.async.shared::cta;")
+
+
+def zeros(count: int):
+    """zeros() -> a tuple of `count` float32 zeros, held in registers."""
+    return (lambda: (np.float32(0),) * count) if config.ENABLE_CUDASIM else _intrinsic_zeros(count)
+
+
+def add():
+    """add(a, b) -> a + b for two float32 tuples of one length, element by element."""
+    return _simulated_add if config.ENABLE_CUDASIM else _intrinsic_add()
+
+
+def pin():
+    """pin(values) -> values, through an empty asm that reads and writes each register."""
+    return _identity if config.ENABLE_CUDASIM else _intrinsic_pin()
+
+
+def multiply(n: int):
+    return _simulated_multiply(n) if config.ENABLE_CUDASIM else _intrinsic_multiply(n)
+
+
+def store_sums(n: int, bits: int, adds: bool):
+    """store(C, sums, thread, row0, col0): C[row0 + r, col0 + c] = sums[i] (or += atomically
+    with `adds`) for each register i of warpgroup `thread`, (r, c) = wgmma_layout.accumulator,
+    where inside C; offsets computed in `bits` bits."""
+    return _simulated_store(n, adds) if config.ENABLE_CUDASIM else _intrinsic_store(n, bits, adds)
+
+
+def _nothing():
+    pass
+
+
+def _identity(values):
+    return values
+
+
+def _simulated_address(array):
+    return 0
+
+
+def _simulated_add(a, b):
+    return tuple(np.float32(x) + np.float32(y) for x, y in zip(a, b))
+
+
+def _simulated_multiply(n: int):
+    threads = np.arange(layout.THREADS)
+    rows, columns = layout.accumulator(threads[:, None], np.arange(n // 2)[None, :])
+    a_at = layout.a_fragment(threads[:, None], np.arange(4)[None, :])
+
+    def product(words, posted, group):
+        mine = [posted[group * layout.THREADS + t] for t in threads]
+        A = np.zeros((layout.ROWS, layout.STEP_K), np.float32)
+        A[a_at] = np.array([a for a, _ in mine], np.float32)
+        A = (A.view(np.uint32) & layout.TF32_BITS).view(np.float32)
+        B = layout.operand(words, int(mine[0][1]), n)
+        with np.errstate(all="ignore"):  # Inf * 0 and Inf - Inf are NaN, as on the GPU
+            return A.astype(np.float64) @ B.astype(np.float64).T
+
+    def multiply(words, sums, a, b_descriptor, accumulate):
+        thread = threading.current_thread()  # the simulator's BlockThread
+        state = thread._manager.__dict__.setdefault("mmtune_wgmma", {"calls": {}, "posted": ({}, {}),
+                                                                     "products": ({}, {})})
+        calls = state["calls"].get(thread.thread_id, 0)
+        state["calls"][thread.thread_id] = calls + 1
+        # alternate buffers, as kernels.warp_mma's twin does
+        posted, products = state["posted"][calls % 2], state["products"][calls % 2]
+        posted[thread.thread_id] = (a, b_descriptor)
+        thread.syncthreads()
+        group, member = divmod(thread.thread_id, layout.THREADS)
+        found = products.get(group)
+        if found is None or found[0] != calls:
+            found = products[group] = (calls, product(words, posted, group))
+        mine = found[1][rows[member], columns[member]]
+        with np.errstate(all="ignore"):
+            before = np.array(sums, np.float64) if accumulate else 0.0
+            return tuple((before + mine).astype(np.float32))
+
+    return multiply
+
+
+def _simulated_store(n: int, adds: bool):
+    lock = threading.Lock()
+
+    def store(C, sums, thread, row0, col0):
+        rows, columns = layout.accumulator(thread, np.arange(n // 2))
+        for value, r, c in zip(sums, row0 + rows, col0 + columns):
+            if r < C.shape[0] and c < C.shape[1]:
+                if adds:
+                    with lock:
+                        C[r, c] += value
+                else:
+                    C[r, c] = value
+
+    return store
+
+
+def _float_tuple(values, count: int | None = None) -> bool:
+    from numba import types
+
+    return (isinstance(values, types.UniTuple) and values.dtype == types.float32
+            and (count is None or values.count == count))
+
+
+def _intrinsic_address():
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def address(typingctx, array):
+        if not isinstance(array, types.Array):
+            return None
+
+        def codegen(context, builder, sig, args):
+            data = context.make_array(sig.args[0])(context, builder, value=args[0]).data
+            shared = builder.addrspacecast(data, ir.PointerType(data.type.pointee, 3))
+            return builder.ptrtoint(shared, ir.IntType(32))
+
+        return types.int32(array), codegen
+
+    return address
+
+
+def _intrinsic_zeros(count: int):
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def zeros(typingctx):
+        def codegen(context, builder, sig, args):
+            return context.make_tuple(builder, sig.return_type, [ir.Constant(ir.FloatType(), 0.0)] * count)
+
+        return types.UniTuple(types.float32, count)(), codegen
+
+    return zeros
+
+
+def _intrinsic_add():
+    from numba.cuda import cgutils
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def add(typingctx, a, b):
+        if not (_float_tuple(a) and a == b):
+            return None
+
+        def codegen(context, builder, sig, args):
+            x, y = (cgutils.unpack_tuple(builder, arg) for arg in args)
+            return context.make_tuple(builder, sig.return_type, [builder.fadd(u, v) for u, v in zip(x, y)])
+
+        return a(a, b), codegen
+
+    return add
+
+
+def _intrinsic_pin():
+    from llvmlite import ir
+    from numba.cuda import cgutils
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def pin(typingctx, values):
+        if not _float_tuple(values):
+            return None
+        count = values.count
+
+        def codegen(context, builder, sig, args):
+            items = cgutils.unpack_tuple(builder, args[0])
+            f32 = ir.FloatType()
+            constraints = ",".join(["=f"] * count + [str(i) for i in range(count)] + ["~{memory}"])
+            out = builder.asm(ir.FunctionType(ir.LiteralStructType([f32] * count), [f32] * count), "", constraints,
+                              list(items), True)
+            return context.make_tuple(builder, sig.return_type, [builder.extract_value(out, i) for i in range(count)])
+
+        return values(values), codegen
+
+    return pin
+
+
+def _intrinsic_multiply(n: int):
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda import cgutils
+    from numba.cuda.extending import intrinsic
+
+    count = n // 2
+    f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+    sums_out = ", ".join(f"${i}" for i in range(count))
+    TEXT = ("{ .reg .pred p; setp.ne.b32 p, $%d, 0; "
+            "wgmma.mma_async.sync.aligned.m64n%dk8.f32.tf32.tf32 {%s}, {$%d, $%d, $%d, $%d}, $%d, p, 1, 1; }"
+            % (count + 5, n, sums_out, count, count + 1, count + 2, count + 3, count + 4))
+    CONSTRAINTS = ",".join(["=f"] * count + ["r"] * 4 + ["l", "r"] + [str(i) for i in range(count)])
+
+    @intrinsic
+    def multiply(typingctx, words, sums, a, b_descriptor, accumulate):
+        if not (_float_tuple(sums, count) and _float_tuple(a, 4)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            kinds = sig.args
+            a = [builder.bitcast(value, i32) for value in cgutils.unpack_tuple(builder, args[2])]
+            b = context.cast(builder, args[3], kinds[3], types.uint64)
+            scale = context.cast(builder, args[4], kinds[4], types.int32)
+            out = builder.asm(ir.FunctionType(ir.LiteralStructType([f32] * count), [i32] * 4 + [i64, i32] + [f32] * count),
+                              TEXT, CONSTRAINTS, a + [b, scale] + list(cgutils.unpack_tuple(builder, args[1])), True)
+            return context.make_tuple(builder, sig.return_type, [builder.extract_value(out, i) for i in range(count)])
+
+        return sums(words, sums, a, b_descriptor, accumulate), codegen
+
+    return multiply
+
+
+def _intrinsic_store(n: int, bits: int, adds: bool):
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda import cgutils
+    from numba.cuda.extending import intrinsic
+
+    count = n // 2
+    width = ir.IntType(bits)
+
+    @intrinsic
+    def store(typingctx, C, sums, thread, row0, col0):
+        if not (isinstance(C, types.Array) and _float_tuple(sums, count)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            data = context.make_array(sig.args[0])(context, builder, value=args[0])
+            rows, cols = cgutils.unpack_tuple(builder, data.shape)
+            t, r0, c0 = (context.cast(builder, args[i], sig.args[i], types.int64) for i in (2, 3, 4))
+            warp, lane = builder.lshr(t, t.type(5)), builder.and_(t, t.type(31))
+            first_row = builder.add(r0, builder.add(builder.shl(warp, t.type(4)), builder.lshr(lane, t.type(2))))
+            first_col = builder.add(c0, builder.shl(builder.and_(lane, t.type(3)), t.type(1)))
+            values = cgutils.unpack_tuple(builder, args[1])
+            for half in (0, 8):
+                row = builder.add(first_row, t.type(half))
+                row_inside = builder.icmp_signed("<", row, rows)
+                row_start = builder.mul(builder.trunc(row, width) if bits == 32 else row,
+                                        builder.trunc(cols, width) if bits == 32 else cols)
+                for i, value in enumerate(values):
+                    if 8 * ((i >> 1) & 1) != half:
+                        continue
+                    col = builder.add(first_col, t.type(8 * (i >> 2) + (i & 1)))
+                    inside = builder.and_(row_inside, builder.icmp_signed("<", col, cols))
+                    with builder.if_then(inside, likely=True):
+                        offset = builder.add(row_start, builder.trunc(col, width) if bits == 32 else col)
+                        if bits == 32:
+                            offset = builder.zext(offset, ir.IntType(64))
+                        pointer = builder.gep(data.data, [offset], inbounds=True)
+                        if adds:  # NVVM's IR has no atomicrmw fadd
+                            target = builder.ptrtoint(builder.addrspacecast(pointer, ir.PointerType(value.type, 1)),
+                                                      ir.IntType(64))
+                            builder.asm(ir.FunctionType(ir.VoidType(), [ir.IntType(64), value.type]),
+                                        "red.global.add.f32 [$0], $1;", "l,f,~{memory}", [target, value], True)
+                        else:
+                            builder.store(value, pointer)
+            return context.get_dummy_value()
+
+        return types.none(C, sums, thread, row0, col0), codegen
+
+    return store

@@ -1,0 +1,359 @@
+"""float32 products as three TF32 products on Hopper's warpgroup MMA (`wgmma.mma_async`, sm_90a).
+
+kernels.tf32x3 issues a warp's `mma.sync` and splits each element once per warp that reads it;
+here a block of BM / 64 warpgroups (128 threads each) computes a BM x BN tile of C, warpgroup w
+rows 64 w to 64 w + 63, each with instructions of 64 x BN x 8 that run while the block moves the
+next tiles. Per K-tile of 32:
+  - the tiles of A and B arrive in shared memory as they lie in memory (`cp.async`, 16 bytes a
+    copy where rows allow, else 4; out-of-range elements zero-filled), STAGES - 1 tiles ahead;
+  - the block splits B's tile once into its big and small TF32 parts (kernels.warp_mma.split_tf32,
+    the small part unscaled), written K-major in the 128-byte swizzle that the instruction reads
+    through descriptors (kernels.wgmma_layout). TF32 has no transposed operand, so a B whose
+    rows run along N (NN, TN) is transposed here, and one whose rows run along K is not;
+  - each thread reads its 16 elements of A from the raw tile and splits them in registers: A
+    comes from registers (wgmma_layout.a_fragment), so A needs no split tiles at all;
+  - each warpgroup issues, from zero, small_A @ big_B and big_A @ small_B for the tile's four
+    slices of 8, then big_A @ big_B onto the same sums, and adds those into its float32 sums
+    after one wait. The tensor cores round their sums toward zero: summing one K-tile there and
+    the tiles in float32 keeps the error within float32's (docs/performance.md, step 39).
+Along K, the tile's columns are permuted (k = 16 h + 4 i + kk is column 4 h + i of slice kk), so
+that a thread reads its elements of A as two 16-byte words a row; B's split tiles take the same
+permutation, which leaves the sum unchanged. Inf and NaN come out as kernels.tf32x3's do; the
+small parts are unscaled, so an operand is held to 2**-137 (kernels.tf32x3's to 2**-147), which
+precision "tf32x3" allows (autotune.space.precision). Operands whose rows are not 16-byte
+aligned move 4 bytes a copy, which makes those builds several times slower.
+Parameters:
+  bm, bn         block tile: bm / 64 warpgroups; bn columns per instruction
+  stages         raw tiles of A and B in flight (2 to 4), in dynamic shared memory
+  splits         blocks along K per tile of C, adding into C atomically (as `splitk`)
+  min_blocks     blocks per SM ptxas must leave registers for (launch_bounds)
+"""
+
+from __future__ import annotations
+
+from numba import cuda, float32
+
+from . import warpgroup
+from . import wgmma_layout as wl
+from .base import DeviceLimits, Family, Footprint, Kernel, Schedules, product_shape, tile_origin
+from .intrinsics import (
+    ASYNC_COPY_NEEDS,
+    async_commit,
+    async_copy,
+    async_wait,
+    dynamic_shared_array,
+    rows_aligned,
+    scalar_access,
+    vector_load,
+    vector_store,
+)
+from .rules import Arch
+from .tiles import OVERHEAD_REGISTERS
+from .warp_mma import split_tf32
+
+DTYPE = "float32"
+SPACE = {"bm": [64, 128], "bn": [64, 128], "stages": [2, 3, 4], "splits": [1, 2, 4, 8, 16, 32, 64], "min_blocks": [1, 2]}
+DEFAULT = {"bm": 64, "bn": 64, "stages": 2, "splits": 1, "min_blocks": 1}
+#: the tile a cold tune tries first (autotune.space.guesses)
+FIRST_TILE = {"bm": 128, "bn": 128, "stages": 4, "min_blocks": 1}
+#: K of a tile: one 128-byte swizzled row of float32
+BK = wl.TILE_K
+#: float32 more per row of a raw tile whose rows run along M or N: a thread's reads of A's
+#: column pairs 4 apart then fall on different banks
+PAD = 4
+#: registers a thread holds besides its two sets of sums: A's big and small parts, for this
+#: tile and the next
+FRAGMENT_REGISTERS = 64
+
+
+def raw_words(rows: int) -> int:
+    """float32 of one operand's raw tile of `rows` x BK, in either orientation."""
+    return BK * (rows + PAD)
+
+
+def shared_bytes(config: dict, dtype: str = DTYPE) -> int:
+    """Two stages of B's split tiles, `stages` raw tiles of A and B, and room to align the first
+    split tile to wgmma_layout.TILE_ALIGN."""
+    split_stage = 2 * config["bn"] * wl.ROW_BYTES
+    raw = 4 * (raw_words(config["bm"]) + raw_words(config["bn"]))
+    return 2 * split_stage + config["stages"] * raw + wl.TILE_ALIGN
+
+
+def threads_per_block(config: dict) -> int:
+    return config["bm"] // wl.ROWS * wl.THREADS
+
+
+def estimated_registers(config: dict) -> int:
+    """This tile's sums and the running ones (bn / 2 each), A's parts, and the rest."""
+    return config["bn"] + FRAGMENT_REGISTERS + OVERHEAD_REGISTERS
+
+
+def footprint(config: dict, dtype: str) -> Footprint:
+    return Footprint(tile=(config["bm"], config["bn"]), bk=BK, threads=threads_per_block(config),
+                     registers=estimated_registers(config), shared=shared_bytes(config, dtype))
+
+
+def instructions(config: dict, dtype: str) -> dict:
+    """wgmma, which sm_90a alone has, and cp.async."""
+    return {warpgroup.INSTRUCTION: warpgroup.TARGET, **ASYNC_COPY_NEEDS}
+
+
+def first_tile(dtype: str, cc: str | None) -> dict | None:
+    """FIRST_TILE for float32 on a GPU with the warpgroup MMA."""
+    return dict(FIRST_TILE) if dtype == DTYPE and cc and Arch.of(cc).has(warpgroup.TARGET) else None
+
+
+def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
+    if dtype != DTYPE:
+        return f"three TF32 products make {DTYPE} only"
+    threads, blocks = threads_per_block(config), config["min_blocks"]
+    if threads * blocks > limits.max_threads_per_sm:
+        return f"{blocks} blocks of {threads} threads > {limits.max_threads_per_sm} threads per SM"
+    shared, allowed = shared_bytes(config), max(limits.max_shared_per_block, limits.max_dynamic_shared_per_block)
+    if shared > allowed:
+        return f"{shared} bytes of shared memory > {allowed}"
+    regs = estimated_registers(config)
+    budget = min(limits.max_registers_per_thread, limits.max_registers_per_block // (threads * blocks))
+    if regs > budget:
+        return f"needs ~{regs} registers per thread; {blocks} block(s) of {threads} threads leave {budget}"
+    return None
+
+
+def raw_copier(rows: int, along_k: bool, swizzle: tuple[int, int], width: int, threads: int, offset_bits: int):
+    """copy(X, words, at, origin, k0, k_end, tid): start copying one operand's `rows` x BK tile
+    into the raw tile at word `at` of shared `words`, `width` elements a copy. Element (r, k) is
+    X[origin + r, k0 + k] where X's rows run along K (`along_k`), and lies at row r, 16-byte
+    word (k / 4) ^ ((r & mask) << shift) (`swizzle`); else it is X[k0 + k, origin + r], at row k
+    of rows + PAD. Elements past X's edge or k_end are zeros."""
+    copy = async_copy(width, offset_bits)
+    MASK, SHIFT = swizzle
+    if along_k:
+        PER_ROW = BK // width
+        COUNT = rows * PER_ROW // threads
+
+        @cuda.jit(device=True)
+        def copy_along_k(X, words, at, origin, k0, k_end, tid):
+            for i in range(COUNT):
+                j = tid + i * threads
+                r, k = j // PER_ROW, j % PER_ROW * width
+                row, col = origin + r, k0 + k
+                inside = row < X.shape[0] and col < k_end
+                place = at + r * BK + ((((k >> 2) ^ ((r & MASK) << SHIFT)) << 2) | (k & 3))
+                copy(words, (place,), X, (row if inside else 0, col if inside else 0), inside)
+
+        return copy_along_k
+
+    PER_K = rows // width
+    COUNT = BK * PER_K // threads
+
+    @cuda.jit(device=True)
+    def copy_across_k(X, words, at, origin, k0, k_end, tid):
+        for i in range(COUNT):
+            j = tid + i * threads
+            k, r = j // PER_K, j % PER_K * width
+            row, col = k0 + k, origin + r
+            inside = row < k_end and col < X.shape[1]
+            copy(words, (at + k * (rows + PAD) + r,), X, (row if inside else 0, col if inside else 0), inside)
+
+    return copy_across_k
+
+
+def operand_copier(rows: int, along_k: bool, swizzle: tuple[int, int], narrow: bool, threads: int,
+                   offset_bits: int):
+    """copy(X, words, at, origin, k0, k_end, tid, wide): raw_copier's, 16 bytes a copy where
+    `wide` (X's rows are 16-byte aligned) and the build allows it, else 4."""
+    one = raw_copier(rows, along_k, swizzle, 1, threads, offset_bits)
+    if narrow:
+        @cuda.jit(device=True)
+        def copy_narrow(X, words, at, origin, k0, k_end, tid, wide):
+            one(X, words, at, origin, k0, k_end, tid)
+
+        return copy_narrow
+    four = raw_copier(rows, along_k, swizzle, 4, threads, offset_bits)
+
+    @cuda.jit(device=True)
+    def copy_either(X, words, at, origin, k0, k_end, tid, wide):
+        if wide:
+            four(X, words, at, origin, k0, k_end, tid)
+        else:
+            one(X, words, at, origin, k0, k_end, tid)
+
+    return copy_either
+
+
+def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Kernel:
+    if dtype != DTYPE:
+        raise ValueError(f"wgmma multiplies {DTYPE} only, not {dtype}")
+    BM, BN, STAGES, SPLITS = config["bm"], config["bn"], config["stages"], config["splits"]
+    THREADS = threads_per_block(config)
+    A_ALONG_K, B_ALONG_K = layout[0] == "N", layout[1] == "T"
+    B_TILE = BN * wl.ROW_BYTES  # bytes of one split tile of B
+    SPLIT_STAGE = 2 * B_TILE  # its big and small parts
+    A_RAW, B_RAW = raw_words(BM), raw_words(BN)
+    RAW0, RAW_STAGE = 2 * SPLIT_STAGE // 4, A_RAW + B_RAW  # words
+    SHARED = shared_bytes(config)
+    # where A lies along K, a thread's rows r and r + 8 hold their 16-byte words at 4 (r & 1) ^ c, so
+    # that a quarter warp's reads fall on distinct banks; B's rows, read down a column, at (r & 7) ^ c
+    copy_a = operand_copier(BM, A_ALONG_K, (1, 2), "A" in unaligned, THREADS, offset_bits)
+    copy_b = operand_copier(BN, B_ALONG_K, (7, 0), "B" in unaligned, THREADS, offset_bits)
+    aligned = rows_aligned(4)
+    shared = dynamic_shared_array((SHARED // 4,), float32, 0)
+    address = warpgroup.shared_address()
+    load1, load4, store4 = scalar_access(64)[0], vector_load(4, 64), vector_store(4)
+    split = split_tf32(0)
+    multiply = warpgroup.multiply(BN)
+    zeros, add, pin = warpgroup.zeros(BN // 2), warpgroup.add(), warpgroup.pin()
+    fence, commit, wait, proxy_fence = warpgroup.fence(), warpgroup.commit(), warpgroup.wait(), warpgroup.proxy_fence()
+    commit_copies, wait_copies = async_commit(), async_wait(STAGES - 2)
+    store = warpgroup.store_sums(BN, offset_bits, SPLITS > 1)
+    descriptor = warpgroup.descriptor
+    origin, dims = tile_origin(BM, BN), product_shape(layout)
+    SPLIT_TASKS = BN * 8 // THREADS  # 16-byte words of B's split tile per thread
+
+    @cuda.jit(device=True)
+    def copy_tile(A, B, words, raw, row0, col0, k0, k_end, tid, wide_a, wide_b):
+        copy_a(A, words, raw, row0, k0, k_end, tid, wide_a)
+        copy_b(B, words, raw + A_RAW, col0, k0, k_end, tid, wide_b)
+
+    @cuda.jit(device=True)
+    def b_column(words, raw_b, n, q, i):
+        """B[k, n] of the raw tile at column i of split word q (k = 16 (q & 1) + 4 i + q // 2)."""
+        k = 16 * (q & 1) + 4 * i + (q >> 1)
+        if B_ALONG_K:
+            return load1(words, (raw_b + n * BK + ((((k >> 2) ^ (n & 7)) << 2) | (k & 3)),))
+        return load1(words, (raw_b + k * (BN + PAD) + n,))
+
+    @cuda.jit(device=True)
+    def split_b(words, raw, stage, tid):
+        """B's raw tile at word `raw` split into its big and small K-major swizzled tiles at word
+        `stage`. Where B's rows run along K a warp's threads take the 8 words of 4 rows, else
+        32 rows of one word, so that their reads of the raw tile fall on distinct banks."""
+        for j in range(SPLIT_TASKS):
+            task = tid + j * THREADS
+            if B_ALONG_K:
+                n, q = task >> 3, task & 7
+            else:
+                q, n = task // BN, task % BN
+            b0, s0 = split(b_column(words, raw + A_RAW, n, q, 0))
+            b1, s1 = split(b_column(words, raw + A_RAW, n, q, 1))
+            b2, s2 = split(b_column(words, raw + A_RAW, n, q, 2))
+            b3, s3 = split(b_column(words, raw + A_RAW, n, q, 3))
+            place = stage + n * BK + ((q ^ (n & 7)) << 2)
+            store4(words, (place,), (b0, b1, b2, b3))
+            store4(words, (place + B_TILE // 4,), (s0, s1, s2, s3))
+
+    @cuda.jit(device=True)
+    def a_word(words, raw, r, c):
+        """A[r, 4 c .. 4 c + 3] of the raw tile at word `raw`."""
+        if A_ALONG_K:
+            return load4(words, (raw + r * BK + ((c ^ ((r & 1) << 2)) << 2),))
+        at = raw + 4 * c * (BM + PAD) + r
+        return (load1(words, (at,)), load1(words, (at + BM + PAD,)), load1(words, (at + 2 * (BM + PAD),)),
+                load1(words, (at + 3 * (BM + PAD),)))
+
+    @cuda.jit(device=True)
+    def a_parts(words, raw, tid):
+        """This thread's elements of A for the tile's four slices (wgmma_layout.a_fragment, K
+        permuted), split: (big, small), each 4 registers a slice."""
+        r = 64 * (tid >> 7) + 16 * ((tid >> 5) & 3) + ((tid & 31) >> 2)
+        t = tid & 3
+        x0, x1 = a_word(words, raw, r, t), a_word(words, raw, r, 4 + t)
+        y0, y1 = a_word(words, raw, r + 8, t), a_word(words, raw, r + 8, 4 + t)
+        p0, q0 = split(x0[0])
+        p1, q1 = split(y0[0])
+        p2, q2 = split(x1[0])
+        p3, q3 = split(y1[0])
+        p4, q4 = split(x0[1])
+        p5, q5 = split(y0[1])
+        p6, q6 = split(x1[1])
+        p7, q7 = split(y1[1])
+        p8, q8 = split(x0[2])
+        p9, q9 = split(y0[2])
+        p10, q10 = split(x1[2])
+        p11, q11 = split(y1[2])
+        p12, q12 = split(x0[3])
+        p13, q13 = split(y0[3])
+        p14, q14 = split(x1[3])
+        p15, q15 = split(y1[3])
+        return ((p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, p12, p13, p14, p15),
+                (q0, q1, q2, q3, q4, q5, q6, q7, q8, q9, q10, q11, q12, q13, q14, q15))
+
+    @cuda.jit(device=True)
+    def products(words, b, big, small, d):
+        """d = this tile's small_A @ big_B + big_A @ small_B from zero, then big_A @ big_B onto
+        it; B's big tile at byte address b, its small tile B_TILE further."""
+        s = b + B_TILE
+        d = multiply(words, d, (small[0], small[1], small[2], small[3]), descriptor(b), 0)
+        d = multiply(words, d, (big[0], big[1], big[2], big[3]), descriptor(s), 1)
+        d = multiply(words, d, (small[4], small[5], small[6], small[7]), descriptor(b + 32), 1)
+        d = multiply(words, d, (big[4], big[5], big[6], big[7]), descriptor(s + 32), 1)
+        d = multiply(words, d, (small[8], small[9], small[10], small[11]), descriptor(b + 64), 1)
+        d = multiply(words, d, (big[8], big[9], big[10], big[11]), descriptor(s + 64), 1)
+        d = multiply(words, d, (small[12], small[13], small[14], small[15]), descriptor(b + 96), 1)
+        d = multiply(words, d, (big[12], big[13], big[14], big[15]), descriptor(s + 96), 1)
+        d = multiply(words, d, (big[0], big[1], big[2], big[3]), descriptor(b), 1)
+        d = multiply(words, d, (big[4], big[5], big[6], big[7]), descriptor(b + 32), 1)
+        d = multiply(words, d, (big[8], big[9], big[10], big[11]), descriptor(b + 64), 1)
+        return multiply(words, d, (big[12], big[13], big[14], big[15]), descriptor(b + 96), 1)
+
+    def wgmma_matmul(A, B, C):
+        words = shared()
+        tid = cuda.threadIdx.x
+        pad = ((-address(words)) & (wl.TILE_ALIGN - 1)) >> 2  # words to the first aligned one
+        first = address(words) + 4 * pad  # byte address of split stage 0
+        M, N, K = dims(A, B)
+        row0, col0 = origin(M, N)
+        k_begin, k_end = 0, K
+        if SPLITS > 1:
+            k_span = -(-K // (SPLITS * BK)) * BK
+            k_begin = cuda.blockIdx.y * k_span
+            k_end = min(K, k_begin + k_span)
+        tiles = max(0, -(-(k_end - k_begin) // BK))
+        wide_a, wide_b = aligned(A), aligned(B)
+        raw0 = pad + RAW0
+        for s in range(STAGES - 1):
+            if s < tiles:
+                copy_tile(A, B, words, raw0 + s * RAW_STAGE, row0, col0, k_begin + s * BK, k_end, tid, wide_a, wide_b)
+            commit_copies()  # empty groups too: the wait counts groups
+        wait_copies()
+        cuda.syncthreads()
+        split_b(words, raw0, pad, tid)
+        proxy_fence()
+        cuda.syncthreads()
+        big, small = a_parts(words, raw0, tid)
+        total = zeros()
+        d = zeros()
+        for t in range(tiles):
+            fence()
+            d = products(words, first + (t & 1) * SPLIT_STAGE, big, small, d)
+            commit()
+            d = pin(d)
+            ahead = t + STAGES - 1
+            if ahead < tiles:
+                copy_tile(A, B, words, raw0 + (ahead % STAGES) * RAW_STAGE, row0, col0, k_begin + ahead * BK, k_end,
+                          tid, wide_a, wide_b)
+            commit_copies()
+            wait_copies()
+            cuda.syncthreads()  # tile t + 1 is in, and every thread is done with tile t - 1
+            following = raw0 + ((t + 1) % STAGES) * RAW_STAGE
+            if t + 1 < tiles:
+                split_b(words, following, pad + ((t + 1) & 1) * SPLIT_STAGE // 4, tid)
+                proxy_fence()
+            next_big, next_small = a_parts(words, following, tid)
+            wait()
+            d = pin(d)
+            big, small = pin(big), pin(small)  # their instructions are done: the registers may go
+            total = add(total, d)
+            big, small = next_big, next_small
+            cuda.syncthreads()
+        store(C, total, tid & (wl.THREADS - 1), row0 + wl.ROWS * (tid >> 7), col0)
+
+    return Kernel("wgmma", dict(config), dtype, wgmma_matmul, block=(THREADS,), tile=(BM, BN), splits=SPLITS,
+                  min_blocks=config["min_blocks"], layout=layout, offset_bits=offset_bits,
+                  unaligned="".join(name for name in "AB" if name in unaligned), dynamic_shared=SHARED)
+
+
+#: a tile computed whole or with K split by the config's own `splits`
+FAMILY = Family(name="wgmma", space=SPACE, default=DEFAULT, restrict=restrict, build=build, first_guess=-1,
+                shared_bytes=shared_bytes, precision="tf32x3", instructions=instructions, footprint=footprint,
+                schedules=Schedules(whole="wgmma", split="wgmma"), first_tile=first_tile)
