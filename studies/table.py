@@ -160,6 +160,8 @@ SHIPPED = {
                  "2 in NT and 1 in TN, on an H100"},
         {"step": "relabel", "commit": "step 39 (issue 39)", "hashes": STEP39_HASHES,
          "what": "the wgmma docstring: the same sm_90 PTX for the 30 wgmma rows of step 39 (studies/ptx_same.py)"},
+        {"step": "promote", "commit": "step 39 (issue 39)", "file": "h100/step39/nt-sweep/tuned.json",
+         "what": "step 39: x @ W.T with W of 4096 x 4096 (NT) tuned at M = 128 to 2048 on an H100"},
     ],
 }
 

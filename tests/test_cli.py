@@ -107,6 +107,7 @@ def test_lookup_in_the_simulator():
         (("best", "--m", 4), "error: give all of --m, --n and --k, or none\n"),
         (("bench", "--shapes", "4x4", "--simulate"), "error: '4x4' is neither a suite (standard, squares, quick, wide, seeded) nor a shape MxNxK\n"),
         (("bench", "--peers", "--dtype", "float64", "--simulate"), "error: --peers times float32 only\n"),
+        (("bench", "--layout", "NT", "--simulate"), "error: --layout needs --peers: the kernel bench times NN products\n"),
         (("sweep", "--sizes", "8,x", "--simulate"), "error: --sizes takes positive integers like 8,16,32; got '8,x'\n"),
         (("sweep", "--sizes", "8", "--dtype", "float16", "--simulate"), "error: unsupported dtype 'float16'; supported: float32, float64, int32\n"),
         (("lookup", "--m", 4, "--n", 4, "--k", 4, "--dtype", "bool"), "error: unsupported dtype 'bool'; supported: float32, float64, int32\n"),

@@ -101,6 +101,9 @@ class NumpyDevice:
     def exact(self, m, n, k, draw, seed):
         return exact_on_host(m, n, k, draw, seed)
 
+    def transposed(self, X):
+        return np.ascontiguousarray(X.T).T
+
     def rows64(self, C, rows):
         return C[rows].astype(np.float64)
 
@@ -191,6 +194,27 @@ def test_every_peer_s_errors_against_float64_are_reported(monkeypatch):
     assert r["cublas_error_elementwise_wide"] is None and r["cublas_error_normwise_wide"] is None
     assert r["failures"]["cublas"].startswith("wrong product") and r["cublas_kernel_gflops"] is None
     assert set(accuracy.ERROR_KEYS) == {f"error_{m}_{d}" for m in accuracy.MEASURES for d in accuracy.DRAWS}
+
+
+def test_every_peer_gets_the_operands_in_the_layout_asked(monkeypatch):
+    """x @ W.T as nn.Linear computes it: B reaches every peer as the transposed view of an N x K
+    array, in the timed calls and in the error draws alike, and the products are still checked."""
+    monkeypatch.setattr(peers, "OVERHEAD_SHAPE", (8, 8, 8))
+    seen = []
+
+    def recording(A, B, C):
+        seen.append((A.flags.c_contiguous, B.flags.f_contiguous and not B.flags.c_contiguous))
+        return lambda: np.matmul(A, B, out=C)
+
+    result = bench_peers([(40, 30, 64)], rounds=1, lineup=Lineup(NumpyDevice(), [Peer("mmtune", recording)]),
+                         asked=peers.Asked(layout="NT"))
+    assert result["layout"] == "NT" and len(seen) > 2 and set(seen) == {(True, True)}
+    row = result["rows"][0]
+    assert row["source"] == lookup(40, 30, 64, layout="NT").source and row["mmtune_error"] < 1e-6
+    assert 0 < row["mmtune_error_elementwise_uniform"] < 64 * 2**-24
+    with pytest.raises(ValueError, match="unknown layout"):
+        bench_peers([(40, 30, 64)], rounds=1, lineup=Lineup(NumpyDevice(), [Peer("mmtune", recording)]),
+                    asked=peers.Asked(layout="XT"))
 
 
 def test_operands_are_drawn_from_either_distribution():

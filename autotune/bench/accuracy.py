@@ -90,17 +90,25 @@ def _median(values: list[float]) -> float | None:
     return middle if math.isfinite(middle) else None
 
 
-def peer_errors(shape: tuple[int, int, int], device, binds: dict[str, Callable]) -> dict:
+def in_layout(A, B, layout: str, transposed: Callable) -> tuple:
+    """A and B holding the same values, stored as `layout` (kernels.LAYOUTS) says: a "T" operand as
+    the transposed view of a C-contiguous array, which `transposed(X)` makes of X."""
+    return transposed(A) if layout[0] == "T" else A, transposed(B) if layout[1] == "T" else B
+
+
+def peer_errors(shape: tuple[int, int, int], device, binds: dict[str, Callable], layout: str = "NN") -> dict:
     """Each peer's median of both measures for each draw, as row keys. `binds` maps a peer's name
-    to its bind(A, B, C); `device` draws operands (`exact`) and reads C's rows back (`rows64`)."""
+    to its bind(A, B, C); `device` draws operands (`exact`), stores them as `layout` says
+    (`transposed`) and reads C's rows back (`rows64`)."""
     m, n, k = shape
     samples = {(name, draw): [] for name in binds for draw in DRAWS}
     for draw in DRAWS:
         for seed in range(SEEDS):
             exact = device.exact(m, n, k, draw, seed)
+            A, B = in_layout(exact.A, exact.B, layout, device.transposed)
             for name, bind in binds.items():
                 try:
-                    bind(exact.A, exact.B, exact.C)()
+                    bind(A, B, exact.C)()
                     device.sync()
                     samples[name, draw].append(errors(device.rows64(exact.C, exact.rows), exact))
                 except Exception:  # noqa: BLE001 - a peer failing on these operands has no error to report

@@ -25,16 +25,17 @@ import random
 import statistics
 import time
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from autotune.bench.accuracy import DTYPE, ERROR_KEYS, peer_errors
+from autotune.bench.accuracy import DTYPE, ERROR_KEYS, in_layout, peer_errors
 from autotune.bench.report import COMPARED, FLOOR, LABELS, PEER_NAMES, RATIOS, source_commit, write
 from autotune.measure.measurement import versions
+from kernels.rules import check_layout
 
 CATEGORIES = ("mid", "skinny", "odd", "large")
 
@@ -130,6 +131,16 @@ class Peer:
 
 
 @dataclass(frozen=True)
+class Asked:
+    """What the bench asks of mmtune: its kernels' precision (autotune.space.precision; None: the
+    default), and how every peer's A and B are stored (kernels.LAYOUTS: "NT" is x @ W.T, as
+    nn.Linear computes)."""
+
+    precision: str | None = None
+    layout: str = "NN"
+
+
+@dataclass(frozen=True)
 class Lineup:
     """The device the peers are timed on (its operands, timers and name), the peers, and why each
     other one is absent."""
@@ -180,18 +191,18 @@ def torch_peers(precision: str | None = None) -> Lineup:
 
 def bench_peers(
     shapes: list[tuple[int, int, int]], out_dir: Path | None = None, rounds: int = ROUNDS,
-    progress: Callable[[str], None] | None = None, precision: str | None = None, lineup: Lineup | None = None,
+    progress: Callable[[str], None] | None = None, lineup: Lineup | None = None, asked: Asked = Asked(),
 ) -> dict:
-    """Time every peer at OVERHEAD_SHAPE (for the call overhead), then at every shape; with
-    `out_dir`, write peers.json, peers.md and peers.png there. `lineup` defaults to the GPU
-    through PyTorch and the peers that import (torch_peers); mmtune's kernels are of `precision`
-    (autotune.space.precision; default its default)."""
-    lineup = lineup or torch_peers(precision)
+    """Time every peer at OVERHEAD_SHAPE (for the call overhead), then at every shape, as `asked`;
+    with `out_dir`, write peers.json, peers.md and peers.png there. `lineup` defaults to the GPU
+    through PyTorch and the peers that import (torch_peers)."""
+    check_layout(asked.layout)
+    lineup = lineup or torch_peers(asked.precision)
     device, peers, absent = lineup.device, lineup.peers, dict(lineup.absent)
     measured = {}
     # OVERHEAD_SHAPE first: its first calls, not the suite's, carry the libraries' one-time setup
     for shape in dict.fromkeys([OVERHEAD_SHAPE, *shapes]):
-        measured[shape] = measure_shape(shape, device, peers, rounds, precision)
+        measured[shape] = measure_shape(shape, device, peers, rounds, asked)
         if progress:
             progress(_progress_line(measured[shape]))
     rows = [measured[tuple(shape)] for shape in shapes]
@@ -202,7 +213,8 @@ def bench_peers(
         overhead[name] = call_us - kernel_us if call_us is not None and kernel_us is not None else None
     ratios = [(r["vs_cublas"], f"{r['m']}x{r['n']}x{r['k']}") for r in rows if r["vs_cublas"]]
     result = {
-        "device": device.name, "dtype": DTYPE, "precision": precision, "date": time.strftime("%Y-%m-%d"),
+        "device": device.name, "dtype": DTYPE, "precision": asked.precision, "layout": asked.layout,
+        "date": time.strftime("%Y-%m-%d"),
         "commit": source_commit(),
         **versions(), **device.versions,
         "peers": [p.name for p in peers], "absent": absent,
@@ -220,14 +232,16 @@ def bench_peers(
 
 
 def measure_shape(shape: tuple[int, int, int], device, peers: list[Peer], rounds: int = ROUNDS,
-                  precision: str | None = None) -> dict:
-    """One shape: every peer's first call (verified), then `rounds` rounds in which each peer in
-    turn takes one call sample and one kernel sample."""
+                  asked: Asked = Asked()) -> dict:
+    """One shape, as `asked`: every peer's first call (verified), then `rounds` rounds in which
+    each peer in turn takes one call sample and one kernel sample."""
     from autotune.select.lookup import lookup
 
     m, n, k = shape
     operands = device.operands(m, n, k, zlib.crc32(f"{m}x{n}x{k}".encode()))
-    choice = lookup(m, n, k, DTYPE, precision=precision)
+    A, B = in_layout(operands.A, operands.B, asked.layout, device.transposed)
+    operands = replace(operands, A=A, B=B)
+    choice = lookup(m, n, k, DTYPE, precision=asked.precision, layout=asked.layout)
     row = {"m": m, "n": n, "k": k, "category": category(m, n, k), "source": choice.source, "family": choice.family,
            "precision": choice.precision}
     for name in PEER_NAMES:
@@ -277,7 +291,7 @@ def measure_shape(shape: tuple[int, int, int], device, peers: list[Peer], rounds
         row[f"vs_{peer}"] = _ratio(row["mmtune_kernel_gflops"], row[f"{peer}_kernel_gflops"])
         row[f"call_vs_{peer}"] = _ratio(row["mmtune_call_gflops"], row[f"{peer}_call_gflops"])
     ran = [peer for peer in peers if row[f"{peer.name}_first_call_s"] is not None]  # wrong products too
-    row.update(peer_errors(shape, device, {peer.name: peer.bind for peer in ran}))
+    row.update(peer_errors(shape, device, {peer.name: peer.bind for peer in ran}, asked.layout))
     row["failures"] = failures
     return row
 

@@ -67,7 +67,8 @@ def markdown(result: dict) -> str:
         head += [f"{LABELS[name]} call", f"{LABELS[name]} kernel"]
     head += [f"vs {LABELS[peer]}" for peer in COMPARED] + ["first call, s (" + " / ".join(LABELS[n] for n in names) + ")"]
     lines = [
-        f"GFLOPS on {result['device']}, {result['dtype']}, {result['date']}: call = back-to-back calls on the wall clock "
+        f"GFLOPS on {result['device']}, {result['dtype']}, layout {result.get('layout') or 'NN'}, {result['date']}: "
+        "call = back-to-back calls on the wall clock "
         "(host included), kernel = CUDA events (the GPU alone); vs = mmtune kernel / peer kernel.",
         "",
         "| " + " | ".join(head) + " |",

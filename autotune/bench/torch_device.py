@@ -57,6 +57,10 @@ class TorchDevice:
         rows = torch.as_tensor(rows, device="cuda") if isinstance(rows, np.ndarray) else rows
         return exact_of(A, B, torch.empty((m, n), device="cuda"), rows, lambda x: x.double())
 
+    def transposed(self, X):
+        """X's values as the transposed view of a C-contiguous tensor (a "T" operand)."""
+        return X.T.contiguous().T
+
     def rows64(self, C, rows):
         """C's `rows` in float64, where C is, after the calls queued before."""
         return C[rows].double()

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from autotune.cli.app import command
-from autotune.cli.options import Dtype, Precision, Simulate, gflops, int_list
+from autotune.cli.options import Dtype, Layout, Precision, Simulate, gflops, int_list
 from autotune.errors import UserError
 
 
@@ -43,10 +43,13 @@ def bench(
         "Instead, time the path users call on PyTorch tensors: mmtune's matmul, torch.matmul, Triton and CuPy where "
         "they import; writes peers.json, peers.md and peers.png."))] = False,
     precision: Precision = None,
+    layout: Layout = "NN",
 ):
     """Time the kernel matmul uses for each shape next to cuBLAS and the seed kernels (or, with --peers, the call)."""
     if peers:
-        return _bench_peers(shapes, dtype, out, precision)
+        return _bench_peers(shapes, dtype, out, precision, layout)
+    if layout != "NN":
+        raise UserError("--layout needs --peers: the kernel bench times NN products")
     from autotune.bench.suite import bench as run
 
     result = run(shapes, dtype, out, seeds, precision=precision)
@@ -64,13 +67,15 @@ def bench(
     typer.echo(f"timings: {result['timing']}")
 
 
-def _bench_peers(shapes: list[tuple[int, int, int]], dtype: str, out: Optional[Path], precision: Optional[str]) -> None:
-    from autotune.bench.peers import bench_peers
+def _bench_peers(shapes: list[tuple[int, int, int]], dtype: str, out: Optional[Path], precision: Optional[str],
+                 layout: str) -> None:
+    from autotune.bench.peers import Asked, bench_peers
     from autotune.bench.report import markdown
 
     if dtype != "float32":
         raise UserError("--peers times float32 only")
-    result = bench_peers(shapes, out, progress=lambda text: typer.echo(text, err=True), precision=precision)
+    result = bench_peers(shapes, out, progress=lambda text: typer.echo(text, err=True),
+                         asked=Asked(precision=precision, layout=layout))
     typer.echo(markdown(result), nl=False)
 
 
