@@ -20,7 +20,7 @@ from kernels.warp_mma import SHAPES, counts
 #: configs compiled per family in its first dtype (float32; dmma: float64), and in each other one;
 #: `python -m pytest -m sweep` compiles SWEEP_SAMPLE of every family in every dtype
 SAMPLES = {"naive": (1, 1), "shared": (1, 1), "register": (1, 1), "vector": (2, 1), "splitk": (1, 1), "streamk": (1, 1),
-           "dmma": (2, 0), "tf32x3": (2, 0), "gemv": (1, 1), "wgmma": (2, 0)}
+           "dmma": (2, 0), "tf32x3": (2, 0), "gemv": (1, 1), "wgmma": (1, 0)}
 SWEEP_SAMPLE = 40
 CHILD = """
 import json, sys
