@@ -5,13 +5,13 @@ while the instruction runs asynchronously.
 
 `multiply(n)` issues one m64n{n}k8 instruction with A from four registers a thread
 (wgmma_layout.a_fragment) and B through a shared-memory descriptor (`descriptor`, a K-major
-tile in the 128-byte swizzle): multiply(words, sums, a, b_descriptor, accumulate) -> sums, `a`
-the thread's four elements of A, where `words` is the block's shared memory as a float32 array (the simulator reads B
-there; the GPU reads it through the descriptor). Instructions issued after `fence()` form a group
-at `commit()`; `wait()` blocks until every group is done, and only then may the sums be read.
-`pin(sums)` keeps the compiler from moving arithmetic on them across those points (CUTLASS's
-warpgroup_fence_operand). Shared memory written by threads becomes visible to the instruction
-after `proxy_fence()` and a barrier.
+tile in the 128-byte swizzle): multiply(words, sums, a, b_descriptor, accumulate) -> sums, where
+`a` holds the thread's four elements of A and `words` is the block's shared memory as a float32
+array (the simulator reads B there; the GPU reads it through the descriptor). Instructions
+issued after `fence()` form a group at `commit()`; `wait()` blocks until every group is done,
+and only then may the sums be read. `pin(sums)` keeps the compiler from moving arithmetic on
+them across those points (CUTLASS's warpgroup_fence_operand). Shared memory written by threads
+becomes visible to the instruction after `proxy_fence()` and a barrier.
 
 Under the simulator, which runs a block's threads as Python threads, each call posts the thread's
 part of A and meets the block's other threads at a barrier (every thread must call it the same
@@ -267,8 +267,9 @@ def _intrinsic_multiply(n: int):
             a = [builder.bitcast(value, i32) for value in cgutils.unpack_tuple(builder, args[2])]
             b = context.cast(builder, args[3], kinds[3], types.uint64)
             scale = context.cast(builder, args[4], kinds[4], types.int32)
-            out = builder.asm(ir.FunctionType(ir.LiteralStructType([f32] * count), [i32] * 4 + [i64, i32] + [f32] * count),
-                              TEXT, CONSTRAINTS, a + [b, scale] + list(cgutils.unpack_tuple(builder, args[1])), True)
+            kind = ir.FunctionType(ir.LiteralStructType([f32] * count), [i32] * 4 + [i64, i32] + [f32] * count)
+            out = builder.asm(kind, TEXT, CONSTRAINTS, a + [b, scale] + list(cgutils.unpack_tuple(builder, args[1])),
+                              True)
             return context.make_tuple(builder, sig.return_type, [builder.extract_value(out, i) for i in range(count)])
 
         return sums(words, sums, a, b_descriptor, accumulate), codegen

@@ -52,7 +52,8 @@ from .tiles import OVERHEAD_REGISTERS
 from .warp_mma import split_tf32
 
 DTYPE = "float32"
-SPACE = {"bm": [64, 128], "bn": [64, 128], "stages": [2, 3, 4], "splits": [1, 2, 4, 8, 16, 32, 64], "min_blocks": [1, 2]}
+SPACE = {"bm": [64, 128], "bn": [64, 128], "stages": [2, 3, 4], "splits": [1, 2, 4, 8, 16, 32, 64],
+         "min_blocks": [1, 2]}
 DEFAULT = {"bm": 64, "bn": 64, "stages": 2, "splits": 1, "min_blocks": 1}
 #: the tile a cold tune tries first (autotune.space.guesses)
 FIRST_TILE = {"bm": 128, "bn": 128, "stages": 4, "min_blocks": 1}

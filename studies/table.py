@@ -87,7 +87,7 @@ SAMPLES = 5
 
 #: every family's source hash after step 39's edits, which left their PTX as it was
 STEP39_HASHES = {"dmma": "76cd1f097b077356", "tf32x3": "5b9d3af671d86edb", "vector": "518e63140bddc879",
-                 "splitk": "2f9dd882e04ed428", "streamk": "622bc048752f2d54", "wgmma": "cfa194878a0bd632"}
+                 "splitk": "2f9dd882e04ed428", "streamk": "622bc048752f2d54", "wgmma": "b3bf49dceafe423b"}
 
 SHIPPED = {
     "measured/nvidia-h200.json": [
@@ -151,17 +151,19 @@ SHIPPED = {
          "what": "step 39: the warpgroup family (wgmma, precision tf32x3) tuned at 11 wide-suite shapes in NN, "
                  "3 in NT and 2 in TN"},
         {"step": "relabel", "commit": "step 39 (issue 39)", "hashes": STEP39_HASHES,
-         "what": "the TF32 split takes a scale, Arch.has and Arch.native, the wgmma docstring: the same "
-                 "sm_90 PTX for all 41 records and the 30 wgmma rows of step 39 (studies/ptx_same.py)"},
+         "what": "the TF32 split takes a scale, Arch.has and Arch.native, the wgmma docstrings: the same "
+                 "sm_90 PTX for all 41 records and the 36 wgmma rows of step 39 (studies/ptx_same.py)"},
     ],
     "records/nvidia-h100-80gb-hbm3.json": [
         {"step": "promote", "commit": "step 39 (issue 39)", "file": "h100/step39/tune/tuned.json",
          "what": "step 39: the warpgroup family (wgmma, precision tf32x3) tuned at 11 wide-suite shapes in NN, "
                  "2 in NT and 1 in TN, on an H100"},
-        {"step": "relabel", "commit": "step 39 (issue 39)", "hashes": STEP39_HASHES,
-         "what": "the wgmma docstring: the same sm_90 PTX for the 30 wgmma rows of step 39 (studies/ptx_same.py)"},
         {"step": "promote", "commit": "step 39 (issue 39)", "file": "h100/step39/nt-sweep/tuned.json",
          "what": "step 39: x @ W.T with W of 4096 x 4096 (NT) tuned at M = 128 to 2048 on an H100"},
+        {"step": "promote", "commit": "step 39 (issue 39)", "file": "h100/step39/nt-small/tuned.json",
+         "what": "step 39: the same product's FFMA rows (precision ieee) tuned at M = 2, 4, 32, 64 and 100"},
+        {"step": "relabel", "commit": "step 39 (issue 39)", "hashes": STEP39_HASHES,
+         "what": "the wgmma docstrings: the same sm_90 PTX for the 36 wgmma rows of step 39 (studies/ptx_same.py)"},
     ],
 }
 

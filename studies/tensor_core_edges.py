@@ -156,7 +156,8 @@ def main() -> None:
                               f"{r['nan_as_cublas']!s:5} max/|A||B| {r['max_error_over_AB']:.2e} "
                               f"frob {r['frobenius']:.2e}", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    result = {**device_info(), **versions(), "torch": torch.__version__, "configs": {"tf32x3": TF32X3, "dmma": DMMA, "wgmma": WGMMA},
+    configs = {"tf32x3": TF32X3, "dmma": DMMA, "wgmma": WGMMA}
+    result = {**device_info(), **versions(), "torch": torch.__version__, "configs": configs,
               "rows": rows}
     (args.out / "edges.json").write_text(json.dumps(result, indent=1) + "\n")
 

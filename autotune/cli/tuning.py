@@ -189,7 +189,8 @@ def check(
 
     limits = GpuLimits.for_cc(cc)
     try:
-        results = compile_check(family, sample_configs(family, dtype, limits, sample, seed), dtype, limits, cc.native.target)
+        configs = sample_configs(family, dtype, limits, sample, seed)
+        results = compile_check(family, configs, dtype, limits, cc.native.target)  # what numba builds there
     except (ValueError, RuntimeError) as error:  # autotune.space and kernels raise builtins here
         raise UserError(str(error)) from None
     table = Table("config", "registers", "spill bytes", "shared bytes", "verdict")

@@ -88,9 +88,9 @@ def feasible_configs(family: str, dtype: str, limits: DeviceLimits) -> list[dict
 def families_for(dtype: str, cc: str | None = None, m: int | None = None, precision: str | None = None) -> list[str]:
     """The families whose kernels multiply `dtype` (whose restriction takes their default config
     in it, within the shared memory such a GPU allows) on a GPU of compute capability `cc` (None
-    or "": any; runs_on), for products of `m`
-    rows (None: any; Family.max_rows), in a precision that `precision` allows (None: any;
-    autotune.space.precision), in kernels.FAMILIES order: what a tune searches unless told."""
+    or "": any; runs_on), for products of `m` rows (None: any; Family.max_rows), in a precision
+    that `precision` allows (None: any; autotune.space.precision), in kernels.FAMILIES order:
+    what a tune searches unless told."""
     limits = DeviceLimits.for_cc(cc) if cc else DeviceLimits(max_dynamic_shared_per_block=max(OPT_IN_SHARED.values()))
     return [name for name, entry in kernels.FAMILIES.items()
             if entry.restrict(entry.default, dtype, limits) is None and runs_on(name, dtype, cc)

@@ -42,7 +42,8 @@ def default(dtype: str, cc: str | None) -> str:
     The tensor cores' float32 (tf32x3) is as accurate as cuBLAS's SGEMM on normal numbers, but
     holds operands to 2**-147 (2**-137 on Hopper's warpgroup family), which leaves a product of
     operands below about 2**-130 (2**-120) times cuBLAS's error and more (docs/performance.md):
-    until it is exact there, it is asked for, not given. `cc` is the GPU's compute capability, which a later default may weigh."""
+    until it is exact there, it is asked for, not given. `cc` is the GPU's compute capability,
+    which a later default may weigh."""
     return "ieee"
 
 

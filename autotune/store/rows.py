@@ -190,7 +190,7 @@ SAME_CODE = {
                      "b7f52dc48ea6adfc"), "6e54c3819cd57181"),  # naive
     **dict.fromkeys(("af5a4f573c8c0324", "4309187d0a165526", "466212c4e24018b6",
                      "9c5bb28d8cec5346"), "79025522fd3373a6"),  # gemv
-    "c363ca80fa7b1065": "cfa194878a0bd632",  # wgmma
+    **dict.fromkeys(("c363ca80fa7b1065", "cfa194878a0bd632"), "b3bf49dceafe423b"),  # wgmma
 }
 
 
