@@ -8,6 +8,9 @@
 #                          5555 6666 7777, and 24 skinny shapes of seed 7; none of the bench's suites)
 #   retable WHAT I/N       part I of N of the shipped table's candidates timed again, anchored
 #                          (studies/table.py retime --changed WHAT: stream, unaligned or unaligned-c)
+#   extend FAMILY I/N      part I of N of FAMILY's tiles added to the shipped table (or TABLE), anchored,
+#                          and ODD_COUNT (default 0) large shapes with unaligned rows added with every
+#                          tile (studies/table.py extend --family FAMILY --odd-count ODD_COUNT)
 #   records LABEL          every shipped record's config at its shape (studies/table.py records), into
 #                          ab-LABEL-records.json; with KERNELS=DIR the kernels of DIR (e.g. .old/, made
 #                          by `git archive COMMIT kernels | tar -x -C .old`) instead of the checkout's
@@ -65,6 +68,13 @@ while [ $# -gt 0 ]; do
       name=table-${slice/\//of}; t=$(left)
       timeout "$t" python3 studies/table.py retime --changed "$what" --out "$out/$name.json" --store "/tmp/store-$step" \
         --part "$slice" --seconds $(( t - 20 )) 2>&1 | quiet | tee -a "$out/$name.txt"
+      ;;
+    extend)
+      family=${1:?extend needs FAMILY and I/N}; slice=${2:?extend needs FAMILY and I/N}; shift 2
+      name=extend-$family-${slice/\//of}; t=$(left)
+      timeout "$t" python3 studies/table.py extend --family "$family" --odd-count "${ODD_COUNT:-0}" \
+        ${TABLE:+--table "$TABLE"} --out "$out/$name.json" --store "/tmp/store-$step" --part "$slice" \
+        --seconds $(( t - 20 )) 2>&1 | quiet | tee -a "$out/$name.txt"
       ;;
     records)
       label=${1:?records needs a label}; shift

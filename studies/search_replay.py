@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import lzma
 import os
 import statistics
 import tempfile
@@ -20,9 +21,9 @@ from pathlib import Path
 
 os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # the replay needs no GPU
 
-import kernels  # noqa: E402
-from autotune.tune.replay import best_found, config_key, median_table, read_rows  # noqa: E402
-from autotune.tune.tuner import TuneRequest  # noqa: E402
+import kernels
+from autotune.tune.replay import best_found, config_key, median_table, read_rows
+from autotune.tune.tuner import TuneRequest
 
 H200 = Path(__file__).parent / "h200"
 SHAPE = (4096, 4096, 4096)
@@ -47,7 +48,8 @@ def main() -> None:
     full = median_table(read_rows(H200 / "exhaustive4096/rows.jsonl.xz"))
     old = json.loads((H200 / "vector_exhaustive_4096.space.json").read_text())
     pinned = old["pinned"]
-    swept = json.loads((H200 / "vector_exhaustive_4096.json").read_text())["rows"]
+    with lzma.open(H200 / "vector_exhaustive_4096.json.xz", "rt") as file:
+        swept = json.load(file)["rows"]
     old_table = {config_key(r["family"], {**r["config"], **pinned}): r["gflops"] for r in swept if "gflops" in r}
     vector = kernels.family("vector")
     today = dict(vector.default)

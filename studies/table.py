@@ -18,6 +18,7 @@ I-th, so that the work can span device calls sharing one --store; `studies/gpu.s
     python3 studies/table.py measure --out PART.json --seeds 2222 4444 5555 6666 7777 --count 20 \
         --skinny 7 --skinny-count 24 [--part 0/2] [--shapes 1500x1500x1500 ...] [--dry]
     python3 studies/table.py retime --changed stream|unaligned|unaligned-c --out PART.json [--part 0/2]
+    python3 studies/table.py extend --family wgmma [--odd-count 16] --out PART.json [--part 0/2] [--table T]
     python3 studies/table.py records --out FILE.json [--dtype float32] [--label L]
     python3 studies/table.py jobs JOBS.json --out FILE.json
 
@@ -35,6 +36,10 @@ over its speed now scales the new speeds onto the table's (the `anchored` step o
 `unaligned`, at shapes with N or K not a multiple of 4 the candidates that fetch 16 bytes through
 registers (wide_fetch without async_copy); `unaligned-c`, at shapes with N not a multiple of 4 the
 candidates that add into C (K split or streamed) and ran within --within of the shape's best.
+
+`extend` (step 40): a family's tiles (family_tiles) at the table's shapes, under the policies its
+schedules have (autotune.select.neighbours.policies_for), each shape anchored by its best earlier
+candidate; and --odd-count large shapes with unaligned rows (odd_shapes) with every candidate.
 
 `records` (steps 23-25, A/B of kernel code): every shipped NN record's config at its shape. `jobs`:
 any list of jobs ({"family", "params", "dtype", "shape", optional "layout", "source"}) at their shapes.
@@ -76,7 +81,8 @@ SAMPLES = 5
 #
 # The measured table: `table` makes it from measured parts (autotune.select.neighbours.table_of);
 # `anchored` puts a `retime` run's speeds into it, each shape's scaled by its anchor, and its
-# kernels' source hashes under `field`; `feasible` drops the candidates that autotune's space no
+# kernels' source hashes under `field`; `extended` does so for an `extend` run, whose new tiles
+# and shapes it appends; `feasible` drops the candidates that autotune's space no
 # longer admits at a shape (autotune.space.configs.infeasibility), as lookup passes them over.
 #
 # The records: `promote` takes a file's rows (`only` those shapes, or all but those `except` names,
@@ -105,6 +111,10 @@ SHIPPED = {
         {"step": "anchored", "commit": "90ddf49", "field": "unaligned_c_kernels",
          "what": "step 32: candidates adding into C, at the 56 shapes with unaligned C",
          "parts": ["h200/step32/table/table-0of2.json.xz", "h200/step32/table/table-1of2.json.xz"]},
+        {"step": "extended", "commit": "step 40 (issue 39)", "field": "wgmma_kernels",
+         "what": "step 40: the warpgroup family's four tiles (wgmma, precision tf32x3), whole and split to fill "
+                 "waves, at every shape; 16 large shapes with unaligned rows (odd_shapes, seed 11), every candidate",
+         "parts": ["h200/step40/table/extend-wgmma-0of2.json.xz", "h200/step40/table/extend-wgmma-1of2.json.xz"]},
     ],
     "records/nvidia-h200.json": [
         {"step": "promote", "commit": "9494194", "file": "h200/step25/retimed.json.xz",
@@ -187,6 +197,10 @@ def built_table(steps: list[dict], root: Path, loo: bool = False) -> str:
             table = table_of({**parts[0], "shapes": [s for p in parts for s in p["shapes"]]}, "9.0", SM_COUNT)
         elif step["step"] == "anchored":
             anchored(table, parts, step["field"])
+        elif step["step"] == "extended":
+            if parts[0]["tiles"][:len(table["tiles"])] != table["tiles"]:
+                raise SystemExit(f"{step['commit']}: the parts extend other tiles than the table's")
+            extended(table, parts, step["field"])
         elif step["step"] == "feasible":
             feasible(table)
         else:
@@ -216,6 +230,18 @@ def anchored(table: dict, parts: list[dict], field: str) -> list[float]:
     return scales
 
 
+def extended(table: dict, parts: list[dict], field: str) -> None:
+    """The parts' tiles (the table's and more) into the table, with their speeds at its shapes
+    anchored; the parts' shapes it lacks appended as measured."""
+    from autotune.select.neighbours import table_of
+
+    table["tiles"] = parts[0]["tiles"]
+    known = {(s["m"], s["n"], s["k"]) for s in table["shapes"]}
+    new = [entry for part in parts for entry in part["shapes"] if tuple(entry["shape"]) not in known]
+    table["shapes"] += table_of({**parts[0], "shapes": new}, table["cc"], table["sm_count"])["shapes"]
+    anchored(table, parts, field)
+
+
 def feasible(table: dict) -> None:
     """Drop the speeds of candidates whose config at a shape autotune's space does not admit."""
     from autotune.space.configs import DeviceLimits, infeasibility
@@ -232,20 +258,29 @@ def candidate_config(table: dict, name: str, shape: dict) -> tuple[str, dict]:
     from autotune.select.neighbours import config_for
 
     index, policy = name.split(":")
-    return config_for(table["tiles"][int(index)], policy, (shape["m"], shape["n"], shape["k"]), table["sm_count"])
+    return config_for(table["tiles"][int(index)], policy, (shape["m"], shape["n"], shape["k"]), table["sm_count"],
+                      table["cc"])
 
 
 def loo_summary(table: dict) -> str:
+    """Per precision: the best candidate over cuBLAS, and the leave-one-out pick over the best
+    and over cuBLAS (geometric means), and how many picks fall under 0.75x cuBLAS."""
+    import kernels
     from autotune.select.neighbours import leave_one_out
+    from autotune.space.precision import allows
 
-    rows = leave_one_out(table, table["sm_count"])
-    mean = {key: math.exp(sum(math.log(r[key]) for r in rows) / len(rows)) for key in ("of_best", "vs_cublas")}
-    oracle = math.exp(sum(math.log(max(s["gflops"].values()) / s["cublas_gflops"]) for s in table["shapes"])
-                      / len(table["shapes"]))
-    low = sum(r["vs_cublas"] < 0.75 for r in rows)
-    return (f"{len(table['shapes'])} shapes, {len(table['tiles'])} tiles; best candidate {oracle:.3f}x cuBLAS; "
-            f"leave-one-out pick {mean['of_best']:.3f} of the best, {mean['vs_cublas']:.3f}x cuBLAS, "
-            f"{low} shapes below 0.75x")
+    found = []
+    for precision in ("ieee", "tf32x3"):
+        def feasible(family, params, precision=precision):
+            return allows(precision, kernels.family(family).precision)
+
+        rows = leave_one_out(table, table["sm_count"], feasible)
+        mean = {key: math.exp(sum(math.log(r[key]) for r in rows) / len(rows)) for key in ("of_best", "vs_cublas")}
+        oracle = math.exp(sum(math.log(r["vs_cublas"] / r["of_best"]) for r in rows) / len(rows))
+        low = sum(r["vs_cublas"] < 0.75 for r in rows)
+        found.append(f"{precision}: best candidate {oracle:.3f}x cuBLAS, leave-one-out pick {mean['of_best']:.3f} "
+                     f"of the best, {mean['vs_cublas']:.3f}x cuBLAS, {low} shapes below 0.75x")
+    return f"{len(table['shapes'])} shapes, {len(table['tiles'])} tiles; " + "; ".join(found)
 
 
 def taken(row, step: dict) -> bool:
@@ -321,6 +356,9 @@ SKINNY_VARIANTS = [
     {"bm": 128, "bn": 128, "bk": 32, "tm": 4, "tn": 4},
 ]
 CHANGED = ("stream", "unaligned", "unaligned-c")
+#: the sizes of `extend --odd-count`'s shapes: large products, which the seeded shapes' odd ones
+#: seldom are
+ODD_RANGE = (1024, 8192)
 
 
 def tile_of(params: dict) -> dict:
@@ -357,6 +395,19 @@ def skinny_shapes(seed: int, count: int) -> list[tuple[int, int, int]]:
     return shapes
 
 
+def odd_shapes(seed: int, count: int) -> list[tuple[int, int, int]]:
+    """`count` shapes of large products whose rows are not 16-byte aligned: M, N and K each
+    log-uniform in ODD_RANGE, redrawn until N or K is not a multiple of 4."""
+    rng = random.Random(seed)
+    low, high = ODD_RANGE
+    shapes = []
+    while len(shapes) < count:
+        shape = tuple(round(low * (high / low) ** rng.random()) for _ in range(3))
+        if (shape[1] % 4 or shape[2] % 4) and shape not in shapes:
+            shapes.append(shape)
+    return shapes
+
+
 def candidate_tiles() -> tuple[list[dict], int]:
     """The candidate tiles (the shipped records', then the rule's, then SKINNY_VARIANTS) and how
     many of them, from the start, every shape tries."""
@@ -377,10 +428,12 @@ def candidate_tiles() -> tuple[list[dict], int]:
     return tiles + [{**PIPELINE, **v} for v in SKINNY_VARIANTS], everywhere
 
 
-def training_jobs(shapes: list[tuple], tiles: list[dict], everywhere: int) -> list[dict]:
+def training_jobs(shapes: list[tuple], tiles: list[dict], everywhere) -> list[dict]:
+    """Every candidate at `shapes`: at skinny shapes every tile, at others those of `everywhere`
+    (indices), under every policy their schedules have; and lookup's own pick."""
     from autotune.backends import Device
     from autotune.select.lookup import lookup
-    from autotune.select.neighbours import POLICIES, candidate_name, config_for
+    from autotune.select.neighbours import candidate_name, config_for, policies_for
     from autotune.space.configs import DeviceLimits, infeasibility
     from autotune.space.guesses import SKINNY
     from kernels.base import Config
@@ -390,10 +443,11 @@ def training_jobs(shapes: list[tuple], tiles: list[dict], everywhere: int) -> li
     jobs = []
     for shape in shapes:
         found: dict[str, dict] = {}
-        tried = len(tiles) if min(shape[:2]) <= SKINNY else everywhere
-        for index, tile in enumerate(tiles[:tried]):
-            for policy in POLICIES:
-                family, params = config_for(tile, policy, tuple(shape), SM_COUNT)
+        for index, tile in enumerate(tiles):
+            if index not in everywhere and min(shape[:2]) > SKINNY:
+                continue
+            for policy in policies_for(tile):
+                family, params = config_for(tile, policy, tuple(shape), SM_COUNT, "9.0")
                 if infeasibility(family, params, "float32", limits) is not None:
                     continue  # lookup passes it over too
                 key = Config.of(family, params).key
@@ -420,28 +474,50 @@ def changed_by(what: str):
     raise ValueError(what)
 
 
-def stream_jobs(table: dict, shape: dict) -> list[dict]:
-    """Each of the table's tiles streamed at `shape`, and its best candidate as the anchor."""
-    from autotune.select.neighbours import STREAM, candidate_name, config_for
+def added_jobs(table: dict, shape: dict, tiles: list[tuple[int, dict]], policies: tuple[str, ...] = ()) -> list[dict]:
+    """The candidates of `tiles` (index, tile) under `policies` (default: every policy a tile's
+    schedules have) at `shape`, and the table's best candidate there as the anchor."""
+    from autotune.select.neighbours import candidate_name, config_for, policies_for
     from autotune.space.configs import DeviceLimits, infeasibility
     from kernels.base import Config
 
     limits = DeviceLimits.for_cc("9.0")
     m, n, k = shape["m"], shape["n"], shape["k"]
     found: dict[str, dict] = {}
-    for index, tile in enumerate(table["tiles"]):
-        family, params = config_for(tile, STREAM, (m, n, k), SM_COUNT)
-        if infeasibility(family, params, "float32", limits) is not None:
-            continue
-        key = Config.of(family, params).key
-        found.setdefault(key, {"family": family, "params": params, "dtype": "float32", "shape": [m, n, k],
-                               "candidates": []})
-        found[key]["candidates"].append(candidate_name(index, STREAM))
+    for index, tile in tiles:
+        for policy in policies or policies_for(tile):
+            family, params = config_for(tile, policy, (m, n, k), SM_COUNT, "9.0")
+            if infeasibility(family, params, "float32", limits) is not None:
+                continue
+            key = Config.of(family, params).key
+            found.setdefault(key, {"family": family, "params": params, "dtype": "float32", "shape": [m, n, k],
+                                   "candidates": []})
+            found[key]["candidates"].append(candidate_name(index, policy))
     best = max(shape["gflops"], key=shape["gflops"].get)
     family, params = candidate_config(table, best, shape)
     found.setdefault(Config.of(family, params).key, {"family": family, "params": params, "dtype": "float32",
                                                      "shape": [m, n, k], "candidates": []})["anchor"] = best
     return list(found.values())
+
+
+def family_tiles(name: str) -> list[dict]:
+    """A family's candidate tiles for the table: those of its shipped float32 rows (any GPU and
+    layout), each with every BM and BN of its space, named by "family"."""
+    from itertools import product
+
+    import kernels
+    from autotune.store.records import shipped_rows
+    from kernels.base import Schedules
+
+    space = kernels.family(name).space
+    tiles = []
+    for row in shipped_rows(None, "float32"):
+        if row.family == name:
+            for bm, bn in product(space["bm"], space["bn"]):
+                tile = {"family": name, **Schedules.tile_of(row.params), "bm": bm, "bn": bn}
+                if tile not in tiles:
+                    tiles.append(tile)
+    return tiles
 
 
 def changed_jobs(table: dict, shape: dict, changed) -> list[dict]:
@@ -470,7 +546,10 @@ def changed_jobs(table: dict, shape: dict, changed) -> list[dict]:
 def retime_jobs(table: dict, what: str, part: str, within: float) -> list[dict]:
     """The jobs of `retime --changed what` on part `part` ("I/N") of the table's shapes."""
     if what == "stream":
-        return [j for shape in part_of(table["shapes"], part) for j in stream_jobs(table, shape)]
+        from autotune.select.neighbours import STREAM
+
+        tiles = list(enumerate(table["tiles"]))
+        return [j for shape in part_of(table["shapes"], part) for j in added_jobs(table, shape, tiles, (STREAM,))]
     changed = changed_by(what)
     if what == "unaligned":
         shapes = [s for s in table["shapes"] if s["n"] % 4 or s["k"] % 4]
@@ -496,8 +575,8 @@ def store_key(key: tuple):
     from kernels.rules import Arch
 
     family, params, dtype, bits, unaligned, layout = key
-    return BuildKey(Config.of(family, json.loads(params)), dtype, Arch.of(ARCH), layout=layout, offset_bits=bits,
-                    unaligned=unaligned)
+    return BuildKey(Config.of(family, json.loads(params)), dtype, Arch.of(ARCH).native, layout=layout,
+                    offset_bits=bits, unaligned=unaligned)
 
 
 def build_key(j: dict) -> tuple:
@@ -675,7 +754,7 @@ def measure_main(args: argparse.Namespace) -> None:
     shapes += skinny_shapes(args.skinny, args.skinny_count)
     shapes = part_of([s for s in dict.fromkeys(shapes) if s not in held_out], args.part)
     tiles, everywhere = candidate_tiles()
-    jobs = training_jobs(shapes, tiles, everywhere)
+    jobs = training_jobs(shapes, tiles, range(everywhere))
     print(f"{len(shapes)} shapes, {len(tiles)} tiles, {len(jobs)} jobs, {len({build_key(j) for j in jobs})} builds",
           flush=True)
     if not args.dry:
@@ -691,6 +770,29 @@ def retime_main(args: argparse.Namespace) -> None:
         Path(args.out).write_text(json.dumps(jobs, indent=0))
     else:
         run(jobs, args, {"changed": args.changed}, began, best_line(args.changed))
+
+
+def extend_main(args: argparse.Namespace) -> None:
+    from autotune.space.guesses import SKINNY
+
+    began = time.perf_counter()
+    table = read_json(Path(args.table))
+    added = family_tiles(args.family) if args.family else []
+    tiles = table["tiles"] + [tile for tile in added if tile not in table["tiles"]]
+    new = [(index, tile) for index, tile in enumerate(tiles) if tile in added]
+    jobs = [j for shape in part_of(table["shapes"], args.part) for j in added_jobs(table, shape, new)] if new else []
+    if args.odd_count:
+        known = {(s["m"], s["n"], s["k"]) for s in table["shapes"]}
+        shapes = part_of([s for s in odd_shapes(args.odd, args.odd_count) if s not in known], args.part)
+        everywhere = {int(name.split(":")[0]) for s in table["shapes"] if min(s["m"], s["n"]) > SKINNY
+                      for name in s["gflops"]} | {index for index, _ in new}
+        jobs += training_jobs(shapes, tiles, everywhere)
+    builds = len({build_key(j) for j in jobs})
+    print(f"{len(new)} tiles of {args.family}, {len(jobs)} jobs, {builds} builds", flush=True)
+    if args.dry:
+        Path(args.out).write_text(json.dumps(jobs, indent=0))
+    else:
+        run(jobs, args, {"tiles": tiles, "family": args.family}, began, best_line("extended"))
 
 
 def records_main(args: argparse.Namespace) -> None:
@@ -711,6 +813,7 @@ def main() -> int:
     build.add_argument("--loo", action="store_true", help="print the table's leave-one-out accuracy after each step")
     for name, text in (("measure", "every candidate at the training shapes"),
                        ("retime", "some of the shipped table's candidates again, anchored"),
+                       ("extend", "a family's tiles added to the shipped table, anchored"),
                        ("records", "every shipped record's config at its shape"),
                        ("jobs", "a JSON list of jobs")):
         sub = commands.add_parser(name, help=text)
@@ -724,12 +827,18 @@ def main() -> int:
             sub.add_argument("--shapes", nargs="*", default=[], help="more training shapes, like 1000x1000x1000")
             sub.add_argument("--skinny", type=int, default=7)
             sub.add_argument("--skinny-count", type=int, default=0)
-        if name in ("measure", "retime"):
+        if name in ("measure", "retime", "extend"):
             sub.add_argument("--part", default="0/1")
-            sub.add_argument("--dry", action="store_true", help="count the jobs (retime: write them to --out), then stop")
+            sub.add_argument("--dry", action="store_true",
+                             help="count the jobs (retime, extend: write them to --out), then stop")
+        if name in ("retime", "extend"):
+            sub.add_argument("--table", default=str(DATA / "measured" / "nvidia-h200.json"))
+        if name == "extend":
+            sub.add_argument("--family", help="a family whose tiles (family_tiles) to add at every shape")
+            sub.add_argument("--odd-count", type=int, default=0, help="shapes (odd_shapes) to add with every tile")
+            sub.add_argument("--odd", type=int, default=11, help="odd_shapes' seed")
         if name == "retime":
             sub.add_argument("--changed", choices=CHANGED, required=True)
-            sub.add_argument("--table", default=str(DATA / "measured" / "nvidia-h200.json"))
             sub.add_argument("--within", type=float, default=0.6, help="unaligned-c: candidates this close to the best")
         if name == "records":
             sub.add_argument("--dtype")
@@ -739,7 +848,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.command == "rebuild":
         return rebuild_main(args)
-    {"measure": measure_main, "retime": retime_main, "records": records_main, "jobs": jobs_main}[args.command](args)
+    {"measure": measure_main, "retime": retime_main, "extend": extend_main, "records": records_main,
+     "jobs": jobs_main}[args.command](args)
     return 0
 
 

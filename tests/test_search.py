@@ -5,7 +5,7 @@ space of step 18 (FULL_SPACE) at 4096^3 on an H200 (studies/exhaustive.py; 22,91
 overlapping runs: their median counts). The tuner searches that space with the measurements
 replayed and must reach 0.97 of the sweep's best within 40 trials.
 
-studies/h200/vector_exhaustive_4096.json is the older sweep, of the space before the family had
+studies/h200/vector_exhaustive_4096.json.xz is the older sweep, of the space before the family had
 `unroll`, `fragments`, `wide_fetch`, `async_copy` and `min_blocks`, had 1 or 2 stages, and
 allowed 128 elements per thread (vector_exhaustive_4096.space.json beside it). The tuner searches
 exactly that space (those parameters pinned to what the sweep ran) and must reach 0.97 of its
@@ -14,15 +14,16 @@ best within 40 trials too.
 
 import dataclasses
 import json
+import lzma
 import statistics
 from pathlib import Path
 
 import pytest
 
 import kernels
+from autotune.space.configs import DeviceLimits, feasible_configs
 from autotune.store.cache import Cache
 from autotune.tune.replay import Replay, best_found, config_key, median_table, read_rows
-from autotune.space.configs import DeviceLimits, feasible_configs
 from autotune.tune.tuner import TuneRequest, tune
 
 STUDIES = Path(__file__).parent.parent / "studies/h200"
@@ -99,7 +100,8 @@ class OldSweep:
 
 @pytest.fixture(scope="module")
 def old_sweep() -> OldSweep:
-    report = json.loads((STUDIES / "vector_exhaustive_4096.json").read_text())
+    with lzma.open(STUDIES / "vector_exhaustive_4096.json.xz", "rt") as swept:
+        report = json.load(swept)
     space = json.loads((STUDIES / "vector_exhaustive_4096.space.json").read_text())
     table = {config_key(r["family"], {**r["config"], **space["pinned"]}): r["gflops"]
              for r in report["rows"] if "gflops" in r}

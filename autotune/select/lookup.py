@@ -209,9 +209,10 @@ def _measured(problem: Problem, device: Device, deterministic: bool,
 
     def feasible(family: str, params: dict) -> bool:
         return (allows(problem.precision, kernels.family(family).precision)
+                and not (deterministic and adds_into_c(params))
                 and infeasibility(family, params, problem.dtype, limits) is None)
 
-    pick = neighbours.choose(table, problem.shape, device.sm_count, deterministic, feasible=feasible)
+    pick = neighbours.choose(table, problem.shape, device.sm_count, feasible, problem.layout)
     if pick is None:
         return None
     return Choice(pick.family, pick.config, "measured", device.name, measured_on=table["device"],

@@ -191,5 +191,6 @@ def measured_guesses(start: WarmStart) -> list[Config]:
         return []
     table = found[1]
     picks = ranked(table, start.problem.shape, start.gpu.sm_count, count=MEASURED_GUESSES,
-                   feasible=lambda family, params: infeasibility(family, params, dtype, limits) is None)
+                   feasible=lambda family, params: infeasibility(family, params, dtype, limits) is None,
+                   layout=start.problem.layout)
     return [Config.of(pick.family, pick.config) for pick in picks]
