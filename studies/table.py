@@ -174,6 +174,10 @@ SHIPPED = {
          "what": "step 39: the same product's FFMA rows (precision ieee) tuned at M = 2, 4, 32, 64 and 100"},
         {"step": "relabel", "commit": "step 39 (issue 39)", "hashes": STEP39_HASHES,
          "what": "the wgmma docstrings: the same sm_90 PTX for the 36 wgmma rows of step 39 (studies/ptx_same.py)"},
+        {"step": "promote", "commit": "step 40 (issue 39)", "file": "h100/step40/nt-small/tuned.json",
+         "only": ["100x4096x4096"],
+         "what": "step 40: x @ W.T (NT) with wgmma tuned at M = 32, 64 and 100 on an H100; M = 100 promoted, where "
+                 "it beat the FFMA row (at 32 and 64 the FFMA rows stay faster)"},
     ],
 }
 
