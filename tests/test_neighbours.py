@@ -133,11 +133,15 @@ def test_a_candidate_is_rated_against_the_best_the_lookup_may_take():
 
 def test_shapes_whose_rows_are_aligned_otherwise_stand_farther():
     aligned, unaligned = {"m": 1000, "n": 1000, "k": 1000}, {"m": 1000, "n": 1001, "k": 1000}
-    assert neighbours.distance((1000, 1000, 1000), "NN", aligned, "NN") == 0
-    assert neighbours.distance((1000, 1000, 1000), "NN", unaligned, "NN") == pytest.approx(
+    nn = table()
+    assert neighbours.distance((1000, 1000, 1000), "NN", aligned, nn) == 0
+    assert neighbours.distance((1000, 1000, 1000), "NN", unaligned, nn) == pytest.approx(
         neighbours.ALIGNMENT_DISTANCE + autotune.store.rows.shape_distance((1000, 1000, 1000), (1000, 1001, 1000)))
     # in NT, B's rows run along K: a K of 1001 leaves them unaligned, an N of 1001 only C's
-    assert neighbours.distance((1000, 1000, 1001), "NT", {"m": 1000, "n": 1000, "k": 1001}, "NN") == 0
+    assert neighbours.distance((1000, 1000, 1001), "NT", {"m": 1000, "n": 1000, "k": 1001}, nn) == 0
+    # rows of 1002 float64 are 16-byte aligned, of 1002 float32 not
+    assert neighbours.distance((1000, 1002, 1000), "NN", aligned, {**nn, "dtype": "float64"}) == pytest.approx(
+        autotune.store.rows.shape_distance((1000, 1002, 1000), (1000, 1000, 1000)))
     found = table(((1000, 1000, 1000), {"0:whole": 100.0, "1:whole": 10.0}),
                   ((1024, 1001, 1024), {"0:whole": 10.0, "1:whole": 100.0}))
     assert neighbours.choose(found, (1024, 1003, 1024), 132).name == "1:whole"

@@ -132,7 +132,7 @@ def ranked(table: dict, shape: tuple[int, int, int], sm_count: int, feasible=lam
     shapes = table["shapes"]
     if not shapes:
         return []
-    apart = {id(s): distance(shape, layout, s, table["layout"]) for s in shapes}
+    apart = {id(s): distance(shape, layout, s, table) for s in shapes}
     near = sorted(shapes, key=lambda s: (apart[id(s)], s["m"], s["n"], s["k"]))[:NEIGHBOURS]
     weights = [1 / (1 + apart[id(s)]) for s in near]
     configs = {}
@@ -164,12 +164,12 @@ def ranked(table: dict, shape: tuple[int, int, int], sm_count: int, feasible=lam
     return picks
 
 
-def distance(shape: tuple[int, int, int], layout: str, measured: dict, measured_layout: str) -> float:
-    """How far a measured shape stands from a product of `shape` in `layout`: their
+def distance(shape: tuple[int, int, int], layout: str, measured: dict, table: dict) -> float:
+    """How far a shape `measured` in `table` stands from a product of `shape` in `layout`: their
     autotune.store.rows.shape_distance, plus ALIGNMENT_DISTANCE where only one of them has rows
     that are not 16-byte aligned (kernels.rules.unaligned_for), whose kernels move them otherwise."""
-    other = (measured["m"], measured["n"], measured["k"])
-    unlike = bool(unaligned_for(*shape, layout, "float32")) != bool(unaligned_for(*other, measured_layout, "float32"))
+    other, dtype = (measured["m"], measured["n"], measured["k"]), table["dtype"]
+    unlike = bool(unaligned_for(*shape, layout, dtype)) != bool(unaligned_for(*other, table["layout"], dtype))
     return shape_distance(shape, other) + ALIGNMENT_DISTANCE * unlike
 
 
