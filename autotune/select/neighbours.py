@@ -1,7 +1,7 @@
 """Configs for shapes nobody tuned, chosen from measurements at the nearest measured shapes.
 
 A measured table (shipped per GPU model as autotune/data/measured/<gpu>.json, made by
-studies/table.py, which builds it from the step 25 to 32 studies (docs/performance.md)) holds,
+studies/table.py, which builds it from the step 25 to 40 studies (docs/performance.md)) holds,
 for each of many training shapes, the speed of every candidate, all timed through the call path on
 one GPU. A candidate is a tile (of the shipped records, of the shape rule, or a skinny variant)
 and a policy: at a shape, the tile is fitted to it (autotune.space.guesses.fit_tile: a side longer than
