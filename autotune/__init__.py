@@ -1,6 +1,6 @@
 """mmtune: tune Numba CUDA matmul kernels per shape, cache the verified best, and use it.
 
-    from autotune import matmul, lookup, clear
+    from autotune import matmul, lookup, clear, record
 
 Importing the package loads nothing heavy: numba is imported on first use of `lookup`, or of
 `matmul` when it has to compile or runs under the simulator, so NUMBA_ENABLE_CUDASIM (or
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from autotune.memos import clear
 
-__all__ = ["matmul", "lookup", "clear"]
+__all__ = ["matmul", "lookup", "clear", "record"]
 KERNELS_MARK = "\n__mmtune__ = True"  # a line of mmtune's kernels/__init__.py
 
 
@@ -67,4 +67,8 @@ def __getattr__(name: str):
         from autotune.select.lookup import lookup
 
         return lookup
+    if name == "record":
+        from autotune.call.recording import record
+
+        return record
     raise AttributeError(f"module 'autotune' has no attribute {name!r}")

@@ -33,6 +33,10 @@ class RecordsError(MmtuneError, ValueError):
     """A records file (the export format) is malformed."""
 
 
+class RecordedError(MmtuneError, ValueError):
+    """A file of recorded calls (autotune.record) is missing or malformed."""
+
+
 class PromoteError(MmtuneError, ValueError):
     """Rows that cannot be promoted, or a records file that cannot be written."""
 

@@ -19,6 +19,7 @@ STAGES = (
     ("select", "lookup: which config serves a product, from rows, measured tables and the cost model"),
     ("tune", "the Optuna search: studies, workers, samplers, finalists, storage, fleets"),
     ("call", "matmul: operands, the driver launch and the Numba path"),
+    ("torch", "PyTorch programs: the mmtune::matmul op, its autograd, Linear, patch"),
     ("bench", "timings next to cuBLAS, Triton and CuPy: bench, peers, sweep, plots"),
     ("cli", "the mmtune command"),
     ("api", "the package itself: matmul, lookup, clear"),

@@ -199,7 +199,7 @@ def test_plot_of_an_unknown_study_is_an_error(tmp_path):
 
 
 @pytest.mark.parametrize("args,message", [
-    (("tune", "--m", 4, "--simulate"), "error: Missing option '--n'.\n"),
+    (("tune", "--m", 4, "--simulate"), "error: give --m, --n and --k, or --recorded FILE\n"),
     (("tnue",), "error: No such command 'tnue'. Did you mean 'tune'?\n"),
     (("cache", "nosuch"), "error: No such command 'nosuch'.\n"),
     (("--bogus",), "error: No such option: --bogus\n"),

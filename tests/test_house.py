@@ -15,10 +15,11 @@ MAX_LINES = 450
 MAX_PARAMETERS = 6
 MAX_POSITIONAL = 4
 #: functions whose parameters are fixed by something other than us: the public front doors keep
-#: the signatures users call (autotune.lookup), a Typer command takes one parameter per option,
-#: a Triton kernel its launch arguments
+#: the signatures users call (autotune.lookup, autotune.matmul), a Typer command takes one
+#: parameter per option, a Triton kernel its launch arguments
 WIDE_BY_CONTRACT = {
     "autotune/select/lookup.py": {"lookup"},
+    "autotune/call/front.py": {"matmul"},
     "autotune/bench/triton_peer.py": {"_matmul_kernel"},
 }
 MODULES = sorted(p for folder in ("autotune", "kernels") for p in (ROOT / folder).rglob("*.py"))

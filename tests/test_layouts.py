@@ -150,8 +150,8 @@ def test_a_peeled_plan_launches_the_first_rows_then_the_rest_on_their_rows_of_a_
     monkeypatch.setattr(launch.Plan, "launch", lambda plan, a, b, c, stream: launched.append((plan.kernel, a, b, c, stream)))
     device = types.SimpleNamespace(enter=lambda: None, leave=lambda previous: None, ordinal=0)
     m, n, k = 257, 5003, 1031
-    plan, config = front._plan(device, None, Problem(H100, "float32", m, n, k), False)
-    assert isinstance(plan, launch.RowParts) and config == configs[257]
+    plan, served = front._plan(device, None, Problem(H100, "float32", m, n, k), False)
+    assert isinstance(plan, launch.RowParts) and served.config == configs[257]
     (main, *_), (rest, *_) = plan.parts
     assert main.words == launch.pack_arguments([(256, k), (k, n), (256, n)], 4)[0] and main.grid == (4 * 40, 1, 1)
     assert rest.words == launch.pack_arguments([(1, k), (k, n), (1, n)], 4)[0] and rest.grid == (40, 16, 1)

@@ -229,7 +229,7 @@ def test_nan_and_inf_propagate_as_numpy_does(bad, rng):
     assert np.allclose(C[finite], expected[finite], rtol=1e-5, atol=1e-5)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_matmul_is_right_for_any_tuned_config_shape_dtype_and_input_kind(data, tmp_path_factory, monkeypatch):
     configs = simulated_device_configs()

@@ -160,7 +160,7 @@ def torch_peers(precision: str | None = None) -> Lineup:
     from autotune.call.front import matmul  # the path users call: driver plans on torch's stream
 
     peers = [
-        Peer("mmtune", lambda A, B, C: partial(matmul, A, B, out=C, precision=precision)),
+        Peer("mmtune", lambda A, B, C: partial(matmul, A, B, out=C, precision=precision, wait=True)),
         Peer("cublas", lambda A, B, C: partial(torch.matmul, A, B, out=C)),
     ]
     absent = {}

@@ -1,5 +1,6 @@
 """matmul through Numba's dispatcher: NumPy operands, the CUDA simulator and
-MMTUNE_LAUNCH=numba (autotune.call.front sends them here).
+MMTUNE_LAUNCH=numba (autotune.call.front sends them here). While autotune.record runs
+(autotune.call.recording), each call counts on its plan's product, as on the driver path.
 """
 
 from __future__ import annotations
@@ -9,16 +10,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotune import backends
+from autotune.call import recording
 from autotune.call.operands import arrays_layout, check_shapes
 from autotune.errors import OperandError
 from autotune.memos import MEMOS
 from autotune.select.lookup import kernel_for, lookup
-from kernels import Kernel
+from autotune.space.precision import resolve as resolve_precision
+from autotune.space.problem import Problem
+from autotune.store.recorded import Recorded
+from kernels import Config, Kernel
 
 _plans: dict[tuple, "_Plan"] = MEMOS.table("call.numba_plans")
+_host_plans: dict[tuple, "_Plan"] = MEMOS.table("call.numba_host_plans")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a key of recording.counts, by identity
 class _Plan:
     """What a device-array call of a given (A.shape, B.shape, dtypes, layout) needs, validated once."""
 
@@ -28,6 +34,7 @@ class _Plan:
     #: (first row of C, rows, kernel, its launch on the default stream) per product: C's last rows
     #: as a product of their own where lookup peels them (Choice.peel)
     parts: tuple
+    recorded: Recorded | None = None  # the product, for autotune.record; None for an empty one
 
     @property
     def kernel(self) -> Kernel:
@@ -63,6 +70,7 @@ def matmul(A, B, out=None, stream=None, deterministic=False, precision=None):
     plan = _plans.get(key)
     if plan is None:
         plan = _plans[key] = _plan(dA, dB, deterministic, precision)
+    _count(plan)
     if out is None:
         out = _empty_like(A, plan.shape, plan.dtype)
     dC = _device_view(out, "out")
@@ -73,6 +81,12 @@ def matmul(A, B, out=None, stream=None, deterministic=False, precision=None):
     a, b = (dA.T if plan.layout[0] == "T" else dA), (dB.T if plan.layout[1] == "T" else dB)  # as stored
     plan.launch(a, b, dC, _numba_stream(stream) if stream else None)
     return out
+
+
+def _count(plan: _Plan) -> None:
+    counts = recording.counts
+    if counts is not None:
+        counts[plan] = counts.get(plan, 0) + 1
 
 
 def _numba_stream(stream):
@@ -92,20 +106,27 @@ def _plan(dA, dB, deterministic: bool = False, precision: str | None = None) -> 
     ("T", F-contiguous in Numba's terms) is passed as the array it transposes."""
     backends.require_gpu()
     m, n, k, dtype = check_shapes(dA, dB)
-    layout = arrays_layout(dA, dB)
-    return _Plan((m, n), np.dtype(dtype), layout, _parts((m, n, k), dtype, layout, deterministic, precision))
+    return _new_plan((m, n, k), dtype, arrays_layout(dA, dB), deterministic, precision)
 
 
-def _parts(shape: tuple[int, int, int], dtype: str, layout: str, deterministic: bool, precision: str | None) -> tuple:
-    """_Plan.parts: lookup's kernel for the product, or for its first rows and, for the rows it
-    peels, the kernel lookup picks for a product of those rows."""
+def _new_plan(shape: tuple[int, int, int], dtype: str, layout: str, deterministic: bool,
+              precision: str | None) -> _Plan:
+    """The plan of a product: lookup's kernel for it, or for its first rows and, for the rows it
+    peels, the kernel lookup picks for a product of those rows; and the product, as recorded."""
     m, n, k = shape
     choice = lookup(m, n, k, dtype, layout=layout, deterministic=deterministic, precision=precision)
     main = m - choice.peel
     parts = [(0, main, kernel_for(choice, dtype, (m, n, k), layout))]
     if choice.peel:
         parts.append((main, choice.peel, kernel_for(choice.rest, dtype, (choice.peel, n, k), layout)))
-    return tuple((first, rows, kernel, kernel.launcher(rows, n)) for first, rows, kernel in parts)
+    product = None
+    if min(shape) > 0:
+        gpu = backends.current().device()
+        problem = Problem(device=gpu.name, dtype=dtype, m=m, n=n, k=k, layout=layout,
+                          precision=resolve_precision(precision, dtype, gpu.cc))
+        product = Recorded.served(problem, gpu, Config.of(choice.family, choice.config), choice.source, deterministic)
+    launches = tuple((first, rows, kernel, kernel.launcher(rows, n)) for first, rows, kernel in parts)
+    return _Plan(shape=(m, n), dtype=np.dtype(dtype), layout=layout, parts=launches, recorded=product)
 
 
 def _host_matmul(A: np.ndarray, B: np.ndarray, out, deterministic: bool = False, precision: str | None = None):
@@ -117,7 +138,11 @@ def _host_matmul(A: np.ndarray, B: np.ndarray, out, deterministic: bool = False,
     require_device_memory((m * k + k * n + m * n) * A.dtype.itemsize)
     backend = backends.current()
     dC = backend.empty((m, n), A.dtype)
-    plan = _Plan((m, n), A.dtype, "NN", _parts((m, n, k), dtype, "NN", deterministic, precision))
+    key = (m, n, k, dtype, deterministic, precision)
+    plan = _host_plans.get(key)
+    if plan is None:
+        plan = _host_plans[key] = _new_plan((m, n, k), dtype, "NN", deterministic, precision)
+    _count(plan)
     plan.launch(backend.to_device(np.ascontiguousarray(A)), backend.to_device(np.ascontiguousarray(B)), dC)
     if out is None:
         return dC.copy_to_host()

@@ -11,12 +11,22 @@ offset width; where the config's tiles would spend a whole tile row on C's last 
 rows get a plan of their own (kernels.rules.peeled_rows). During CUDA graph capture a missing
 plan is an error, since building one would compile, load or allocate.
 
+A first call never waits for a compile when the kernel store holds a kernel that computes the
+same product (same dtype, layout, offset width and unaligned rows, another config): that kernel
+serves while the chosen one builds in a child process (autotune.store.background), and a later
+call, once the build is done, switches the plan to it (never while its stream is captured). A
+call with `wait=True`, MMTUNE_WAIT=1 or `deterministic` (no kernel switching) builds first, as
+benchmarks and reproducible runs want.
+
 NumPy operands, the CUDA simulator, and MMTUNE_LAUNCH=numba (a debug fallback) go through
 Numba's dispatcher (autotune.call.dispatcher). Nothing here imports numba on the driver path.
+
+While autotune.record runs (autotune.call.recording), each call counts on its plan's product.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -28,20 +38,22 @@ from typing import Callable
 import numpy as np
 
 from autotune import backends
-from autotune.call import launch
+from autotune.call import launch, recording
 from autotune.call.operands import Operand, check_product, dtype_name, kind_of, reader
 from autotune.errors import CaptureError, LaunchError, OperandError
 from autotune.memos import MEMOS
 from autotune.space.precision import resolve as resolve_precision
 from autotune.space.problem import Problem
-from autotune.store import cubins, shapes
+from autotune.store import background, cubins, shapes
+from autotune.store.recorded import FROM_STORE, Recorded
 from kernels.contract import Config
 from kernels.rules import Arch, adds_into_c, memory_shapes, peeled_rows
 
 ENV = "MMTUNE_LAUNCH"  # "numba": launch through Numba's dispatcher, for debugging
+WAIT_ENV = "MMTUNE_WAIT"  # "1": every first call waits for its chosen kernel to build
 
 
-@dataclass
+@dataclass(eq=False)  # a key of recording.counts, by identity
 class CallPlan:
     kind: str  # of A: decides the current stream and what a new C is
     m: int
@@ -53,6 +65,8 @@ class CallPlan:
     family: str
     config: dict
     new_out: Callable | None = None  # makes a new C, bound on first use
+    recorded: Recorded | None = None  # the product, for autotune.record; None for an empty one
+    pending: Pending | None = None  # a stand-in serves while the chosen kernel builds
 
 
 @dataclass(frozen=True)
@@ -62,6 +76,20 @@ class CallOptions:
     stream: object = None
     deterministic: bool = False
     precision: str | None = None
+    wait: bool = False
+
+    @property
+    def waits(self) -> bool:
+        """Whether a missing kernel is built before the call (no stand-in, no switching)."""
+        return self.wait or self.deterministic or os.environ.get(WAIT_ENV, "") not in ("", "0")
+
+
+@dataclass(frozen=True)
+class Pending:
+    """The build of a plan's chosen kernel while a stand-in serves, and how to plan it again."""
+
+    build: background.Build
+    options: CallOptions
 
 
 @dataclass(frozen=True)
@@ -70,6 +98,8 @@ class Served:
 
     config: Config
     entry: cubins.Entry
+    source: str = ""  # lookup's source, or FROM_STORE where the store remembered the config
+    building: background.Build | None = None  # entry is a stand-in while this builds the chosen one
 
 
 _plans: dict[tuple, CallPlan] = MEMOS.table("call.plans")
@@ -92,23 +122,30 @@ def _driver_wanted() -> bool:
     return launch.driver_available()
 
 
-def matmul(A, B, out=None, stream=None, deterministic=False, precision=None):
+def matmul(A, B, out=None, stream=None, deterministic=False, precision=None, wait=False):
     """C = A @ B with the tuned kernel. A and B: NumPy arrays (copied to the GPU and back), or
     device arrays (PyTorch, CuPy, Numba, or anything with __cuda_array_interface__ or
     __dlpack__), used in place and launched on the caller's current stream or on `stream`.
     Returns the same kind as A; `out`, if given, receives C and is returned. With
     `deterministic`, a kernel that does not add into C (split-K, stream-K): the same operands give
     the same bits. `precision` ("ieee" or "tf32x3", autotune.space.precision; default "ieee") names how
-    exactly float32 is computed: "tf32x3" lets the tensor cores compute it, where they are faster."""
+    exactly float32 is computed: "tf32x3" lets the tensor cores compute it, where they are faster.
+    With `wait`, a first call waits for its chosen kernel to build rather than take a stand-in
+    (the module's docstring says when one stands in)."""
     found_a, found_b = _readers.get(type(A)), _readers.get(type(B))
     if found_a is None or found_b is None:
-        return _first_sight(A, B, out, stream, deterministic, precision)
+        return _first_sight(A, B, out, CallOptions(stream, deterministic, precision, wait))
     kind, read = found_a
     a, b = read(A), found_b[1](B)
     key = (a.shape, b.shape, a.strides, b.strides, a.dtype, b.dtype, a.device, b.device, deterministic, precision)
     call = _plans.get(key)
     if call is None:
-        call = _build(key, kind, a, b, CallOptions(stream, deterministic, precision))
+        call = _build(key, kind, a, b, CallOptions(stream, deterministic, precision, wait))
+    elif call.pending is not None and (wait or call.pending.build.done()):
+        call = _switch(key, call, a, b, wait)
+    counts = recording.counts
+    if counts is not None:
+        counts[call] = counts.get(call, 0) + 1
     if out is None:
         out, c = _empty(kind, A, call)
     else:
@@ -145,9 +182,11 @@ def _register(x, name: str):
     return found
 
 
-def _first_sight(A, B, out, stream, deterministic, precision):
+def _first_sight(A, B, out, options: CallOptions):
     """A call with an operand type not seen before: NumPy, the simulator and the Numba fallback
-    go to autotune.call.dispatcher; on the driver path the types' readers are registered."""
+    go to autotune.call.dispatcher (which compiles as it goes); on the driver path the types'
+    readers are registered."""
+    stream, deterministic, precision = options.stream, options.deterministic, options.precision
     if isinstance(A, np.ndarray) or isinstance(B, np.ndarray) or backend() == "numba":
         from autotune.call import dispatcher
 
@@ -156,7 +195,7 @@ def _first_sight(A, B, out, stream, deterministic, precision):
         return dispatcher.matmul(A, B, out, stream, deterministic, precision)
     _register(A, "A")
     _register(B, "B")
-    return matmul(A, B, out, stream, deterministic, precision)
+    return matmul(A, B, out, stream, deterministic, precision, options.wait)
 
 
 def _caller_stream(A) -> int:
@@ -178,33 +217,61 @@ def _build(key: tuple, kind: str, a: Operand, b: Operand, options: CallOptions) 
         try:
             raw = current_stream(kind, a.device) if options.stream is None else launch.stream_handle(options.stream)
             _refuse_during_capture(raw, (m, n, k), dtype, a.device)
-            plan, config = None, Config.of("", {})
+            plan, config, product, pending = None, Config.of("", {}), None, None
             if m and n:  # an empty C needs no kernel (and CUDA refuses an empty grid)
                 gpu = _identity(device)
                 problem = Problem(device=gpu.name, dtype=dtype, m=m, n=n, k=k, layout=layout,
                                   precision=resolve_precision(options.precision, dtype, gpu.cc))
-                plan, config = _plan(device, gpu, problem, options.deterministic)
+                plan, served = _plan(device, gpu, problem, options)
+                config = served.config
+                if served.building is not None:
+                    pending = Pending(served.building, options)
+                if k:
+                    product = Recorded.served(problem, gpu, config, served.source, options.deterministic)
         finally:
             device.leave(previous)
         call = _plans[key] = CallPlan(kind=kind, m=m, n=n, dtype=dtype, layout=layout,
                                       out_key=((m, n), None, a.dtype, a.device), plan=plan, family=config.family,
-                                      config=config.params)
+                                      config=config.params, recorded=product, pending=pending)
         return call
 
 
-def _plan(device: launch.GpuContext, gpu: backends.Device, problem: Problem, deterministic: bool):
-    """(launch plan, config) for `problem` on `device`, whose context is current."""
-    served = find_entry(gpu, problem, deterministic)
-    rest = peeled_rows(problem.m, served.config.params, problem.layout)
+def _switch(key: tuple, call: CallPlan, a: Operand, b: Operand, wait: bool) -> CallPlan:
+    """The plan once its chosen kernel's build is done (waited for, with `wait`): planned again
+    with that kernel; kept on its stand-in if the build failed, or while the stream is captured."""
+    pending = call.pending
+    if wait:
+        pending.build.wait()
+    if pending.build.failed:
+        call.pending = None
+        warnings.warn(f"mmtune: could not build {pending.build.key.config} for {call.m}x{call.n} {call.dtype}; "
+                      f"{call.family} {json.dumps(call.config)} serves it instead", stacklevel=3)
+        return call
+    options = pending.options
+    raw = current_stream(call.kind, a.device) if options.stream is None else launch.stream_handle(options.stream)
+    if not wait and launch.capturing(raw):
+        return call
+    with _build_lock:
+        if _plans.get(key) is call:
+            del _plans[key]
+    return _build(key, call.kind, a, b, replace(options, wait=True))
+
+
+def _plan(device: launch.GpuContext, gpu: backends.Device, problem: Problem, options: CallOptions):
+    """(launch plan, what serves it) for `problem` on `device`, whose context is current. A
+    stand-in computes all of C's rows (peeling them is the chosen kernel's refinement)."""
+    deterministic = options.deterministic
+    served = find_entry(gpu, problem, deterministic, wait=options.waits)
+    rest = 0 if served.building else peeled_rows(problem.m, served.config.params, problem.layout)
     if not rest:
-        return entry_plan(device, served.entry, problem.shape, problem.dtype, problem.layout), served.config
+        return entry_plan(device, served.entry, problem.shape, problem.dtype, problem.layout), served
     rest_entry = find_entry(gpu, replace(problem, m=rest), deterministic).entry
     (m, n, k), itemsize = problem.shape, np.dtype(problem.dtype).itemsize
     main = m - rest
     parts = [(entry_plan(device, served.entry, (main, n, k), problem.dtype, problem.layout), 0, 0),
              (entry_plan(device, rest_entry, (rest, n, k), problem.dtype, problem.layout), main * k * itemsize,
               main * n * itemsize)]
-    return launch.RowParts(parts), served.config
+    return launch.RowParts(parts), served
 
 
 def entry_plan(device: launch.GpuContext, entry: cubins.Entry, shape: tuple[int, int, int], dtype: str,
@@ -246,26 +313,32 @@ def _identity(device: launch.GpuContext) -> backends.Device:
     return found
 
 
-def find_entry(gpu: backends.Device, problem: Problem, deterministic: bool = False) -> Served:
+def find_entry(gpu: backends.Device, problem: Problem, deterministic: bool = False, wait: bool = True) -> Served:
     """The config and store entry of `problem` (its precision resolved) on a GPU: from the store
     when it remembers them (numba stays unloaded), else from `lookup` for that GPU and, if
     missing, compiled into the store for the problem's layout and the offset width its shape
     needs. The store remembers what a plain lookup chose; a deterministic call takes it only if
-    it does not add into C."""
-    config = shapes.recall(problem)
+    it does not add into C. Unless `wait`, a missing kernel builds in a child process and the
+    best stored kernel for the same product stands in, where the store holds one."""
+    config, source = shapes.recall(problem), FROM_STORE
     if config is None or (deterministic and adds_into_c(config.params)):
         from autotune.select.lookup import choose
 
         stamp = shapes.cache_stamp()  # before looking up: a write meanwhile must make this stale
         choice = choose(problem, gpu, deterministic)
-        config = Config.of(choice.family, choice.config)
+        config, source = Config.of(choice.family, choice.config), choice.source
         try:
             if not deterministic:
                 shapes.remember(problem, config, stamp=stamp)
         except OSError as error:
             warnings.warn(f"mmtune: cannot write to the kernel store: {error}", stacklevel=3)
     key = cubins.BuildKey.of(config, problem.dtype, problem.shape, problem.layout, Arch.of(gpu.cc))
-    return Served(config, cubins.get(key))
+    stored = None if wait else cubins.stored(key)
+    if not wait and stored is None:
+        stand_ins = background.stand_ins(key, (problem.m, problem.n))
+        if stand_ins:
+            return Served(background.config_of(stand_ins[0]), stand_ins[0], source, building=background.start(key))
+    return Served(config, stored or cubins.get(key), source)
 
 
 def _empty(kind: str, A, call: CallPlan) -> tuple[object, Operand]:

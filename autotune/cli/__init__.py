@@ -4,6 +4,7 @@ errors reach the user in one place (autotune.cli.app), as one line and exit stat
   autotune.cli.app      the Typer apps and the one error path
   autotune.cli.options  the options several commands share, and their parsers
   autotune.cli.tuning   tune, lookup, best, warm, check
+  autotune.cli.recorded what tune prints, and the lines of tune --recorded and warm --recorded
   autotune.cli.timing   bench, sweep, plot
   autotune.cli.rows     export, import, promote, pull, cache check, cache reset
 """

@@ -55,6 +55,21 @@ def dimension(option: str) -> Callable[[str], int]:
     return parse
 
 
+def whole_number(option: str, least: int = 0) -> Callable[[str], int]:
+    """A parser of a whole number of at least `least`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = least - 1
+        if value < least:
+            raise UserError(f"{option} takes a whole number, {least} or more; got {text!r}")
+        return value
+
+    return parse
+
+
 def int_list(option: str, what: str = "positive integers like 8,16,32", least: int = 1) -> Callable[[str], list[int]]:
     """A parser of a comma-separated list of ints of at least `least`."""
 

@@ -1,9 +1,10 @@
-"""mmtune tune, lookup, best, warm and check: search a shape, say what serves it, show the cache,
-build kernels ahead of time."""
+"""mmtune tune, lookup, best, warm and check: search a shape (or the shapes a program called),
+say what serves it, show the cache, build kernels ahead of time."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
@@ -25,6 +26,7 @@ from autotune.cli.options import (
     OnlyPrecision,
     Precision,
     Simulate,
+    dimension,
     gflops,
     int_list,
     layout_suffix,
@@ -32,7 +34,9 @@ from autotune.cli.options import (
     row_name,
     shape,
     simulate_if_asked,
+    whole_number,
 )
+from autotune.cli.recorded import show_tuned, tune_recorded, warm_recorded
 from autotune.errors import TuneError, UserError
 
 Families = Annotated[Optional[list[str]], typer.Option(
@@ -40,11 +44,18 @@ Families = Annotated[Optional[list[str]], typer.Option(
     help="Kernel family to search (repeatable), like register or shared; default all that take the dtype.")]
 Gpus = Annotated[Any, typer.Option("--gpus", parser=int_list("--gpus", "GPU indices like 0,1", least=0),
                                    metavar="0,1,...", help="GPU indices: --jobs workers on each, all on one study.")]
+TuneM = Annotated[Optional[int], typer.Option("--m", parser=dimension("--m"), metavar="M",
+                                              help="Rows of A and C (with --n and --k, or else --recorded).")]
+TuneN = Annotated[Optional[int], typer.Option("--n", parser=dimension("--n"), metavar="N", help="Columns of B and C.")]
+TuneK = Annotated[Optional[int], typer.Option("--k", parser=dimension("--k"), metavar="K",
+                                              help="Columns of A, rows of B.")]
+RecordedFile = Annotated[Optional[Path], typer.Option("--recorded", metavar="FILE", help=(
+    "A file of the products a program called (autotune.record or MMTUNE_RECORD): use those instead of one shape."))]
 
 
 @command()
 def tune(
-    m: M, n: N, k: K, dtype: Dtype = "float32",
+    m: TuneM = None, n: TuneN = None, k: TuneK = None, dtype: Dtype = "float32",
     trials: Annotated[int, typer.Option(metavar="COUNT", help="Measured trials the study should hold; a rerun "
                                                               "resumes up to this.")] = 40,
     timeout: Annotated[Optional[float], typer.Option(metavar="SECONDS",
@@ -64,29 +75,36 @@ def tune(
     gpus: Gpus = None,
     layout: Layout = "NN",
     precision: Precision = None,
+    recorded: RecordedFile = None,
+    top: Annotated[Optional[int], typer.Option("--top", parser=whole_number("--top", least=1), metavar="COUNT", help=(
+        "With --recorded: only the COUNT most called products."))] = None,
     simulate: Simulate = False,
 ):
-    """Search kernel configs for one shape; cache and print the verified best."""
+    """Search kernel configs for one shape, or for the shapes a program called; cache and print the verified best."""
     from autotune.tune.tuner import TuneRequest
     from autotune.tune.tuner import tune as run
 
-    result = run(TuneRequest(
-        m, n, k, dtype=dtype, trials=trials, timeout=timeout, families=family or None, sampler=sampler,
-        storage=storage, seed=seed, jobs=jobs, trial_timeout=trial_timeout,
+    given = [x is not None for x in (m, n, k)]
+    if recorded is None and not all(given):
+        raise UserError("give --m, --n and --k, or --recorded FILE")
+    if recorded is not None and (any(given) or dtype != "float32" or layout != "NN" or precision is not None):
+        raise UserError("--recorded takes each product's shape, dtype, layout and precision from the file; drop "
+                        "--m, --n, --k, --dtype, --layout and --precision")
+    if top is not None and recorded is None:
+        raise UserError("--top needs --recorded")
+    request = TuneRequest(
+        m or 0, n or 0, k or 0, dtype=dtype, trials=trials, timeout=timeout, families=family or None,
+        sampler=sampler, storage=storage, seed=seed, jobs=jobs, trial_timeout=trial_timeout,
         gpus=gpus, layout=layout, precision=precision,
-    ))
-    row = result.row
-    if row is None:
+    )
+    if recorded is not None:
+        tune_recorded(recorded, request, top)
+        return
+    result = run(request)
+    if result.row is None:
         raise TuneError(f"no config verified in {result.trials} trials ({result.failed} failed); their errors are in "
                         f"study {result.study_name!r} of {result.storage}")
-    typer.echo(f"best for {row.device} {row.dtype} {m}x{n}x{k}{layout_suffix(row.layout)}: {row.family} "
-               f"{json.dumps(row.params)} ({row.precision})")
-    typer.echo(
-        f"  {gflops(row.gflops)} GFLOPS, median {row.median_ms:.4g} ms, spread {row.spread:.1%};"
-        f" {result.trials} trials ({result.new_trials} new, {result.failed} failed) in {result.wall_s:.0f} s"
-    )
-    typer.echo("  written to the cache" if result.written else "  the cache keeps a faster row for this shape")
-    typer.echo(f"  study {result.study_name!r} in {result.storage}")
+    show_tuned(result)
 
 
 @command()
@@ -145,9 +163,12 @@ def lookup(
 @command()
 def warm(
     arch: Annotated[Any, typer.Option(parser=parse_arch, metavar="ARCH", help=(
-        "GPU architecture to compile for, like sm_90 or 9.0."))] = "sm_90",
+        "GPU architecture to compile for, like sm_90 or 9.0 (default sm_90)."))] = None,
     retime: Annotated[bool, typer.Option("--retime/--no-retime", metavar="", help=(
         "First re-time, on this GPU, the stale rows of its model (cached or shipped) into the cache."))] = False,
+    recorded: Annotated[Optional[Path], typer.Option("--recorded", metavar="FILE", help=(
+        "Instead, the kernels matmul would load for the products in FILE (autotune.record), each for the GPU it "
+        "was recorded on."))] = None,
     simulate: Annotated[bool, typer.Option("--simulate/--no-simulate", is_eager=True, callback=simulate_if_asked, metavar="", help=(
         "Re-time under Numba's CUDA simulator (tests; timings mean nothing)."))] = False,
 ):
@@ -155,6 +176,10 @@ def warm(
     from autotune.store.cubins import directory
     from autotune.store.warm import warm as run
 
+    if recorded is not None and arch is not None:
+        raise UserError("--recorded builds for the GPU each product was recorded on; drop --arch")
+    if recorded is not None and simulate:
+        raise UserError("--recorded compiles for the GPUs the products were recorded on; drop --simulate")
     if retime:
         from autotune.tune.retime import retime_stale
 
@@ -164,7 +189,10 @@ def warm(
                 if done.new else f"not re-timed: {done.error}"))
     if simulate:  # the simulator has no architecture to compile for
         return
-    results = run(arch)
+    if recorded is not None:
+        warm_recorded(recorded)
+        return
+    results = run(arch or parse_arch("sm_90"))
     for r in results:
         status = f"stored {r.key}" if r.key else f"failed: {r.error}"
         typer.echo(f"{row_name(r.row)}: {status}")

@@ -262,9 +262,14 @@ def entry_parameters(ptx_text: str) -> tuple[str, list[str]]:
     return match.group(1), re.findall(r"\.param\s+(\.\w+)", match.group(2))
 
 
+def stored(key: BuildKey, root: Path | None = None) -> Entry | None:
+    """The stored entry, or None where it is missing, corrupt or foreign (nothing is built)."""
+    return read(key_parts(key, root), root)
+
+
 def get(key: BuildKey, root: Path | None = None) -> Entry:
     """The stored entry, built and stored first if missing, corrupt or foreign."""
-    entry = read(key_parts(key, root), root)
+    entry = stored(key, root)
     if entry is None:
         entry = build(key, root)
         try:

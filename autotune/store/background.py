@@ -1,0 +1,143 @@
+"""Kernels built in a process of their own, and the stored kernels that can stand in meanwhile.
+
+A call whose chosen kernel is not in the store need not wait for it: any stored kernel built for
+the same dtype, architecture, operand layout, offset width and unaligned rows (another config)
+computes the same product. `stand_ins` finds those, best first; `start` builds the chosen one in
+a child process (`python -m autotune.store.background KEY`), so the caller's GIL stays free, and
+writes it into the store, where the caller reads it once `Build.done()` says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from autotune.store import cubins
+from autotune.store.cubins import BuildKey, Entry
+from kernels import Config
+from kernels.rules import Arch
+
+HEADER_BYTES = 1 << 16  # an entry's header is a few hundred bytes; its cubin follows
+#: the parts of an entry's key that a stand-in shares with the kernel it stands in for
+SHARED_PARTS = ("format", "dtype", "layout", "offset_bits", "unaligned", "arguments", "arch", "source",
+                *cubins.TOOLCHAIN_PACKAGES)
+
+
+@dataclass
+class Build:
+    """A kernel being built by a child process."""
+
+    key: BuildKey
+    process: subprocess.Popen
+    root: Path | None = None
+
+    def done(self) -> bool:
+        return self.process.poll() is not None
+
+    def wait(self) -> None:
+        self.process.wait()
+
+    def entry(self) -> Entry | None:
+        """The built kernel, once done; None while building or if the build failed."""
+        if not self.done():
+            return None
+        return cubins.read(cubins.key_parts(self.key, self.root), self.root)
+
+    @property
+    def failed(self) -> bool:
+        return self.done() and self.entry() is None
+
+
+_builds: dict[BuildKey, Build] = {}  # builds under way or done in this process: processes, not memos
+_lock = threading.Lock()
+
+
+def start(key: BuildKey, root: Path | None = None) -> Build:
+    """The build of `key` in a child process: started now, or the one this process started before
+    (under way, done, or failed: a failed build is not retried, since it would fail again)."""
+    with _lock:
+        build = _builds.get(key)
+        if build is None:
+            argument = json.dumps(encode_key(key))
+            environment = {**os.environ, **({"MMTUNE_KERNELS": str(root)} if root else {})}
+            process = subprocess.Popen([sys.executable, "-m", "autotune.store.background", argument],
+                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL, env=environment)
+            build = _builds[key] = Build(key, process, root)
+        return build
+
+
+def encode_key(key: BuildKey) -> dict:
+    return {"family": key.config.family, "params": key.config.params, "dtype": key.dtype, "arch": str(key.arch),
+            "layout": key.layout, "offset_bits": key.offset_bits, "unaligned": key.unaligned}
+
+
+def decode_key(data: dict) -> BuildKey:
+    return BuildKey(Config.of(data["family"], data["params"]), data["dtype"], Arch.of(data["arch"]),
+                    layout=data["layout"], offset_bits=data["offset_bits"], unaligned=data["unaligned"])
+
+
+def stand_ins(key: BuildKey, shape: tuple[int, int], root: Path | None = None) -> list[Entry]:
+    """Stored kernels that compute what `key`'s kernel computes (another config), best first for a
+    C of `shape`: the chosen family's, then by the work their tiles pad C with."""
+    wanted = cubins.key_parts(key, root)
+    shared = {part: wanted.get(part) for part in SHARED_PARTS}
+    found = []
+    for path in sorted((root or cubins.directory()).glob("*.cubin")):
+        header = _header(path)
+        if header is None or {part: header["parts"].get(part) for part in SHARED_PARTS} != shared:
+            continue
+        entry = cubins.read(header["parts"], root)
+        if entry is not None:
+            found.append(entry)
+    return sorted(found, key=rank(key.config, shape))
+
+
+def rank(chosen: Config, shape: tuple[int, int]):
+    """The sort key of stand-ins for `chosen` at a C of `shape`: the chosen family's first, then by
+    the work their tiles pad C with."""
+    return lambda entry: (entry.header["parts"]["family"] != chosen.family, _padding(entry, shape))
+
+
+def config_of(entry: Entry) -> Config:
+    """The config a stored kernel was built from."""
+    parts = entry.header["parts"]
+    return Config.of(parts["family"], json.loads(parts["config"]))
+
+
+def _header(path: Path) -> dict | None:
+    """An entry file's header, read without its cubin; None for anything else."""
+    try:
+        with path.open("rb") as file:
+            head = file.read(HEADER_BYTES)
+    except OSError:
+        return None
+    start = len(cubins.MAGIC) + 4
+    if not head.startswith(cubins.MAGIC) or len(head) < start:
+        return None
+    size = int.from_bytes(head[len(cubins.MAGIC):start], "big")
+    try:
+        header = json.loads(head[start:start + size])
+    except ValueError:
+        return None
+    return header if isinstance(header, dict) and isinstance(header.get("parts"), dict) else None
+
+
+def _padding(entry: Entry, shape: tuple[int, int]) -> float:
+    """How many times C's area the entry's tiles cover (1 for a C its tiles divide)."""
+    (rows, cols), (bm, bn) = shape, entry.tile
+    return (-(-rows // bm) * bm) * (-(-cols // bn) * bn) / max(1, rows * cols)
+
+
+def main() -> None:
+    """Build the kernel whose key (encode_key's JSON) is the one argument, into the store."""
+    cubins.get(decode_key(json.loads(sys.argv[1])))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""The `mmtune::matmul` operator: C = A @ B (+ bias) through mmtune's kernels, as a registered
+PyTorch op with a fake implementation and an autograd formula, so eager code, autograd,
+`torch.compile(fullgraph=True)` and CUDA graphs all see one op.
+
+CUDA tensors go through autotune.call.front.matmul on the current stream. CPU tensors go through
+the kernels too under the CUDA simulator (NUMBA_ENABLE_CUDASIM=1: how CI tests all of this);
+otherwise they use torch's own matmul, with a one-time note. The backward computes
+dA = dC @ B.T and dB = A.T @ dC through the same op, as transposed views that the kernels read in
+place (layouts NT and TN), so it launches one kernel per gradient and copies nothing.
+
+Eager calls skip the dispatcher's Python trampolines, which cost more than a small product: a
+call that needs no gradient runs the op's body directly, one that does runs it inside an
+autograd.Function with the op's backward. Under torch.compile every call is the op.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Optional
+
+import torch
+
+from autotune import backends
+from autotune.call import front
+from autotune.call.operands import operand_layout
+from autotune.errors import OperandError
+
+DISABLE_ENV = "MMTUNE_DISABLE"
+DTYPES = (torch.float32, torch.float64)
+#: torch.get_float32_matmul_precision() -> mmtune's precision: a program that lets torch use TF32
+#: gets the tensor cores' three-product float32 (more exact than TF32), one that asks for the
+#: highest precision gets IEEE float32
+PRECISION_OF_TORCH = {"highest": "ieee", "high": "tf32x3", "medium": "tf32x3"}
+_noted_cpu = []  # the one-time note on CPU tensors without the simulator has been given
+
+
+def disabled() -> bool:
+    """MMTUNE_DISABLE=1 (any value but "" and "0") sends every product to torch's own matmul."""
+    return os.environ.get(DISABLE_ENV, "") not in ("", "0")
+
+
+def matmul(A: torch.Tensor, B: torch.Tensor, bias: torch.Tensor | None = None,
+           precision: str | None = None) -> torch.Tensor:
+    """A @ B (+ bias) through mmtune, differentiable and traceable. A: (..., M, K), its leading
+    dimensions flattened into M; B: (K, N); bias: (N,). float32 and float64 on CUDA (and on the CPU
+    under the simulator); other dtypes and devices, and MMTUNE_DISABLE=1, use torch's matmul.
+    `precision` ("ieee" or "tf32x3", autotune.space.precision): default from
+    torch.get_float32_matmul_precision(). Under torch.use_deterministic_algorithms(True) the
+    kernel is one that does not add into C, so the same operands give the same bits."""
+    if B.dim() != 2 or A.dim() < 2:
+        raise ValueError(f"mmtune's matmul takes A of (..., M, K) and B of (K, N); got {tuple(A.shape)} and "
+                         f"{tuple(B.shape)}")
+    if bias is not None and tuple(bias.shape) != (B.shape[1],):
+        raise ValueError(f"bias must have shape ({B.shape[1]},); got {tuple(bias.shape)}")
+    if disabled() or not _served(A, B, bias):
+        product = A @ B
+        return product if bias is None else product + bias
+    rows = A if A.dim() == 2 else A.reshape(-1, A.shape[-1])
+    precision = precision or ""
+    if torch.compiler.is_compiling():
+        product = torch.ops.mmtune.matmul(rows, B, bias, precision)
+    elif torch.is_grad_enabled() and (rows.requires_grad or B.requires_grad or bias is not None and bias.requires_grad):
+        product = _Product.apply(rows, B, bias, precision)
+    else:
+        product = _product(rows, B, bias, precision)
+    return product if A.dim() == 2 else product.view(*A.shape[:-1], B.shape[1])
+
+
+def _served(A: torch.Tensor, B: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """Whether mmtune computes this product: a float dtype it has kernels for, on CUDA or the CPU
+    (operands on two devices are refused as torch.matmul refuses them)."""
+    dtype = A.dtype
+    return (dtype in DTYPES and B.dtype == dtype and (bias is None or bias.dtype == dtype)
+            and (A.is_cuda or A.is_cpu))
+
+
+def _torch_precision(dtype: torch.dtype) -> str:
+    if dtype != torch.float32:
+        return "ieee"
+    return PRECISION_OF_TORCH[torch.get_float32_matmul_precision()]
+
+
+@torch.library.custom_op("mmtune::matmul", mutates_args=())
+def _matmul(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], precision: str) -> torch.Tensor:
+    """The op: 2-D a @ b (+ bias); precision "" is torch's float32 matmul precision."""
+    return _product(a, b, bias, precision)
+
+
+def _product(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, precision: str) -> torch.Tensor:
+    """The op's body. Torch's settings are read here, when it runs, so a compiled graph follows
+    them as eager code does. Views the kernels cannot read in place (neither C-contiguous nor the
+    transpose of a C-contiguous tensor) are copied, once the kernels refuse them."""
+    precision = precision or _torch_precision(a.dtype)
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    try:
+        c = _computed(a, b, deterministic, precision)
+    except OperandError:
+        if operand_layout(tuple(a.shape), a.stride(), 1) and operand_layout(tuple(b.shape), b.stride(), 1):
+            raise
+        c = _computed(a.contiguous(), b.contiguous(), deterministic, precision)
+    if bias is not None:
+        c += bias
+    return c
+
+
+def _computed(a: torch.Tensor, b: torch.Tensor, deterministic: bool, precision: str) -> torch.Tensor:
+    if a.device.type == "cuda":
+        return front.matmul(a, b, deterministic=deterministic, precision=precision)
+    if backends.simulated():
+        return _simulated(a, b, deterministic, precision)
+    _note_cpu()
+    return a @ b
+
+
+@_matmul.register_fake
+def _(a, b, bias, precision):
+    torch._check(a.dim() == 2 and b.dim() == 2, lambda: "mmtune::matmul takes 2-D operands")
+    torch._check(a.shape[1] == b.shape[0], lambda: f"inner dimensions differ: {a.shape} @ {b.shape}")
+    return a.new_empty((a.shape[0], b.shape[1]))
+
+
+def _setup_context(ctx, inputs, output):
+    a, b, _, precision = inputs
+    ctx.save_for_backward(a if ctx.needs_input_grad[1] else None, b if ctx.needs_input_grad[0] else None)
+    ctx.precision = precision
+    ctx.transposed = (_transposed(a), _transposed(b))
+
+
+def _transposed(x: torch.Tensor) -> bool:
+    """Whether x is the transpose of a C-contiguous tensor (layout T), as nn.Linear's W.T is."""
+    return x.dim() == 2 and x.shape[0] > 1 and x.stride(0) == 1 and not x.is_contiguous()
+
+
+def _backward(ctx, grad):
+    """dA = dC @ B.T, dB = A.T @ dC, dbias = the column sums of dC: each only where needed, each
+    through `matmul`, so a backward that builds a graph (double backward) is differentiable too.
+    A gradient has its operand's layout: for a transposed operand (nn.Linear's W.T) the kernel
+    computes the transpose, dW = dC.T @ X, so that no copy makes it W's layout afterwards."""
+    a, b = ctx.saved_tensors
+    needs_a, needs_b, needs_bias = ctx.needs_input_grad[:3]
+    a_transposed, b_transposed = ctx.transposed
+    grad_a = grad_b = None
+    if needs_a:
+        grad_a = matmul(b, grad.t(), None, ctx.precision).t() if a_transposed else matmul(grad, b.t(), None,
+                                                                                          ctx.precision)
+    if needs_b:
+        grad_b = matmul(grad.t(), a, None, ctx.precision).t() if b_transposed else matmul(a.t(), grad, None,
+                                                                                          ctx.precision)
+    grad_bias = grad.sum(0) if needs_bias else None
+    return grad_a, grad_b, grad_bias, None
+
+
+_matmul.register_autograd(_backward, setup_context=_setup_context)
+
+
+class _Product(torch.autograd.Function):
+    """The op's body and backward in eager code (the module's docstring says why); forward takes
+    ctx itself, the quicker form of autograd.Function."""
+
+    @staticmethod
+    def forward(ctx, a, b, bias, precision):
+        _setup_context(ctx, (a, b, bias, precision), None)
+        return _product(a, b, bias, precision)
+
+    backward = staticmethod(_backward)
+
+
+def _simulated(a: torch.Tensor, b: torch.Tensor, deterministic: bool, precision: str) -> torch.Tensor:
+    """a @ b on the simulator's device arrays, each in its own layout (a transposed view stays one)."""
+    from numba import cuda
+
+    def device_array(x: torch.Tensor):
+        layout = operand_layout(tuple(x.shape), x.stride(), 1)
+        if layout is None:
+            raise OperandError(f"strides {x.stride()}: neither layout N nor T")
+        if layout == "T":
+            return cuda.to_device(x.detach().t().numpy()).T
+        return cuda.to_device(x.detach().numpy())
+
+    c = front.matmul(device_array(a), device_array(b), deterministic=deterministic, precision=precision)
+    return torch.from_numpy(c.copy_to_host())
+
+
+def _note_cpu() -> None:
+    if not _noted_cpu:
+        _noted_cpu.append(True)
+        warnings.warn("mmtune: CPU tensors use torch's own matmul (mmtune's kernels run on CUDA tensors, or on the "
+                      "CPU under the CUDA simulator, NUMBA_ENABLE_CUDASIM=1)", stacklevel=3)
