@@ -46,9 +46,10 @@ def worker(gpu: int, todo: list[dict], taken, family: str, shape, repeat: int, d
 
     import kernels
     from autotune.measure.measurement import (
-        all_written, cublas_matmul, error_bound, exclusive, random_inputs, relative_error,
+        all_written, cublas_matmul, error_bound, random_inputs, relative_error,
     )
     from autotune.measure.measurement import run_poisoned, time_launches
+    from autotune.store.paths import exclusive
 
     m, n, k = shape
     rng = np.random.default_rng([SEED, gpu, os.getpid()])

@@ -105,7 +105,7 @@ def test_a_plan_packs_the_memory_shapes_and_builds_for_the_layout_and_offsets(mo
     entry = types.SimpleNamespace(key="k", cubin=b"", name="f", dynamic_shared=64 * 1024, tile=(64, 16), splits=1,
                                   workers_per_sm=0, adds=False, block=(128,))
 
-    def find_entry(gpu, problem, deterministic=False):
+    def find_entry(gpu, problem, deterministic=False, wait=True):
         asked.append((*problem.shape, problem.dtype, problem.layout))
         return front.Served(Config.of("vector", {}), entry)
 
@@ -114,7 +114,7 @@ def test_a_plan_packs_the_memory_shapes_and_builds_for_the_layout_and_offsets(mo
     monkeypatch.setattr(launch, "load", lambda cubin, name, shared: launch.LoadedKernel(None, "k", shared))
     monkeypatch.setattr(launch.LoadedKernel, "opt_in", lambda self, dev: None)
     device = types.SimpleNamespace(enter=lambda: None, leave=lambda previous: None, ordinal=0)
-    plan, _ = front._plan(device, None, Problem(H100, "float32", 5_000_000, 16, 16, "TN"), False)
+    plan, _ = front._plan(device, None, Problem(H100, "float32", 5_000_000, 16, 16, "TN"), front.CallOptions())
     assert asked == [(5_000_000, 16, 16, "float32", "TN")]
     words, slots = launch.pack_arguments([(16, 5_000_000), (16, 16), (5_000_000, 16)], 4)
     assert (plan.words, plan.slots) == (words, slots)
@@ -142,7 +142,7 @@ def test_a_peeled_plan_launches_the_first_rows_then_the_rest_on_their_rows_of_a_
                1: types.SimpleNamespace(key="rest", cubin=b"", name="g", dynamic_shared=0, tile=(16, 128), splits=16,
                                         workers_per_sm=0, adds=True, block=(64,))}
     configs = {257: Config.of("vector", {"bm": 64}), 1: Config.of("splitk", {"bm": 16, "splits": 16})}
-    monkeypatch.setattr(front, "find_entry", lambda gpu, problem, deterministic=False: front.Served(
+    monkeypatch.setattr(front, "find_entry", lambda gpu, problem, deterministic=False, wait=True: front.Served(
         configs[problem.m], entries[problem.m]))
     memos.clear()
     monkeypatch.setattr(launch, "load", lambda cubin, name, shared: launch.LoadedKernel(None, name, shared))
@@ -150,7 +150,7 @@ def test_a_peeled_plan_launches_the_first_rows_then_the_rest_on_their_rows_of_a_
     monkeypatch.setattr(launch.Plan, "launch", lambda plan, a, b, c, stream: launched.append((plan.kernel, a, b, c, stream)))
     device = types.SimpleNamespace(enter=lambda: None, leave=lambda previous: None, ordinal=0)
     m, n, k = 257, 5003, 1031
-    plan, served = front._plan(device, None, Problem(H100, "float32", m, n, k), False)
+    plan, served = front._plan(device, None, Problem(H100, "float32", m, n, k), front.CallOptions())
     assert isinstance(plan, launch.RowParts) and served.config == configs[257]
     (main, *_), (rest, *_) = plan.parts
     assert main.words == launch.pack_arguments([(256, k), (k, n), (256, n)], 4)[0] and main.grid == (4 * 40, 1, 1)

@@ -38,6 +38,12 @@ def check(C, A, B):
         assert relative_error(C, ref) <= error_bound(A.dtype.name, A.shape[1])
 
 
+#: the property test leaves out configs that split K more ways: the simulator starts a Python
+#: thread for every GPU thread of every block, so K split 32 ways made this one test minutes long
+#: on a loaded CI machine, and a split's code is the same at any count
+PROPERTY_MAX_SPLITS = 8
+
+
 def simulated_device_configs() -> dict:
     """The sampled configs (tests/sampled.py) that the simulator's device, a GPU of unknown
     architecture with every GPU's 48 KB of shared memory, takes from a cache row: wgmma's need an
@@ -229,10 +235,12 @@ def test_nan_and_inf_propagate_as_numpy_does(bad, rng):
     assert np.allclose(C[finite], expected[finite], rtol=1e-5, atol=1e-5)
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_matmul_is_right_for_any_tuned_config_shape_dtype_and_input_kind(data, tmp_path_factory, monkeypatch):
-    configs = simulated_device_configs()
+    configs = {key: found for key, found in ((key, [c for c in configs if c.get("splits", 1) <= PROPERTY_MAX_SPLITS])
+                                             for key, configs in simulated_device_configs().items()) if found}
     family, dtype = data.draw(st.sampled_from(sorted(configs)), label="family, dtype")
     config = data.draw(st.sampled_from(configs[family, dtype]), label="config")
     m, n, k = (data.draw(st.integers(1, 24), label=d) for d in "mnk")

@@ -265,7 +265,8 @@ def _plan(device: launch.GpuContext, gpu: backends.Device, problem: Problem, opt
     rest = 0 if served.building else peeled_rows(problem.m, served.config.params, problem.layout)
     if not rest:
         return entry_plan(device, served.entry, problem.shape, problem.dtype, problem.layout), served
-    rest_entry = find_entry(gpu, replace(problem, m=rest), deterministic).entry
+    # the peeled rows' own kernel may stand in too: a switch never waits for a compile
+    rest_entry = find_entry(gpu, replace(problem, m=rest), deterministic, wait=options.waits).entry
     (m, n, k), itemsize = problem.shape, np.dtype(problem.dtype).itemsize
     main = m - rest
     parts = [(entry_plan(device, served.entry, (main, n, k), problem.dtype, problem.layout), 0, 0),

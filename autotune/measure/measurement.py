@@ -11,17 +11,16 @@ and meaningless.
 
 from __future__ import annotations
 
-import fcntl
 import math
 import platform
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Callable
 
 import numpy as np
 
 from autotune import backends
+from autotune.store.paths import exclusive
 from kernels import DTYPES, Kernel
 
 #: relative Frobenius error allowed, in units of the dtype's machine epsilon times sqrt(K):
@@ -220,20 +219,6 @@ def measure(
     if not verification.ok:
         return Measurement(verification, None, 0.0, compile_s)
     return Measurement(verification, timing, timing.gflops(m, n, k), compile_s)
-
-
-@contextmanager
-def exclusive(lock: str | None):
-    """Hold the file lock `lock` (nothing if None)."""
-    if lock is None:
-        yield
-        return
-    with open(lock, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def cublas_matmul() -> Callable | None:

@@ -3,8 +3,10 @@ cache and the kernel store without loading sqlite-utils or numba."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 CACHE_ENV = "MMTUNE_CACHE"
@@ -42,3 +44,17 @@ def write_atomically(path: Path, data: bytes) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def exclusive(lock: str | Path | None):
+    """Hold the file lock `lock` (nothing if None): writers of one file, one at a time."""
+    if lock is None:
+        yield
+        return
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

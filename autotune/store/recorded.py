@@ -14,9 +14,7 @@ Writers of one file take turns under a lock file beside it (`.NAME.lock`).
 
 from __future__ import annotations
 
-import fcntl
 import json
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -24,7 +22,7 @@ from autotune.backends import Device
 from autotune.errors import RecordedError, advice
 from autotune.space.precision import PRECISIONS
 from autotune.space.problem import Problem
-from autotune.store.paths import write_atomically
+from autotune.store.paths import exclusive, write_atomically
 from kernels.contract import Config
 from kernels.rules import DTYPE_NAMES, LAYOUTS
 
@@ -146,16 +144,9 @@ def _product(entry: object, where: str) -> Recorded:
     return Recorded(**values)
 
 
-@contextmanager
 def _locked(path: Path):
     """Writers of `path` one at a time: an exclusive lock on a file beside it."""
-    lock = path.with_name(f".{path.name}.lock")
-    with open(lock, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return exclusive(path.with_name(f".{path.name}.lock"))
 
 
 def add(path: Path | str, products: list[Recorded]) -> list[Recorded]:

@@ -203,7 +203,7 @@ def setup_lock(spec: str, name: str, lock_dir: Path):
         with storage_errors(spec), _advisory_lock(spec, name):
             yield
     else:
-        from autotune.measure.measurement import exclusive
+        from autotune.store.paths import exclusive
 
         with exclusive(str(Path(lock_dir) / "study-setup.lock")):
             yield
