@@ -297,3 +297,26 @@ def test_an_operand_past_2_32_elements_gets_64_bit_offsets():
     assert float(torch.linalg.norm(C[-8:, -8:].double() - ref) / torch.linalg.norm(ref)) <= error_bound("float32", k)
     del C
     torch.cuda.empty_cache()
+
+
+def test_a_first_call_takes_a_stored_stand_in_then_switches_to_the_chosen_kernel(rng):
+    """No first-call stall: with the chosen kernel missing from the store but another config's
+    kernel for the same product stored, the first call runs the stand-in while a child process
+    builds the chosen one; a later call, once it is built, runs the chosen kernel. Both exact."""
+    shape = (300, 100, 200)
+    gpu = front._identity(launch.device(0))
+    problem = Problem(gpu.name, "float32", *shape)
+    chosen = front.find_entry(gpu, problem, wait=True).config  # remembered for the shape; built into the store
+    stand_in = Config.of("naive", {"block_x": 16, "block_y": 16})
+    assert chosen.family != stand_in.family
+    key = cubins.BuildKey.of(chosen, "float32", shape, "NN", Arch.of(gpu.cc))
+    cubins.path_of(cubins.stored(key).key).unlink()  # as if never built
+    cubins.get(cubins.BuildKey.of(stand_in, "float32", shape, "NN", Arch.of(gpu.cc)))
+    A, B, tA, tB = operands(*shape, "float32", rng)
+    assert_exact(front.matmul(tA, tB), A, B, "float32")
+    call = next(iter(MEMOS.table("call.plans").values()))
+    assert call.family == "naive" and call.pending is not None
+    call.pending.build.wait()
+    assert_exact(front.matmul(tA, tB), A, B, "float32")
+    switched = next(iter(MEMOS.table("call.plans").values()))
+    assert switched.family == chosen.family and switched.pending is None

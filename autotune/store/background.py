@@ -53,22 +53,24 @@ class Build:
         return self.done() and self.entry() is None
 
 
-_builds: dict[BuildKey, Build] = {}  # builds under way or done in this process: processes, not memos
+#: (key, store directory) -> its build, under way or done in this process: processes, not memos
+_builds: dict[tuple[BuildKey, str], Build] = {}
 _lock = threading.Lock()
 
 
 def start(key: BuildKey, root: Path | None = None) -> Build:
     """The build of `key` in a child process: started now, or the one this process started before
     (under way, done, or failed: a failed build is not retried, since it would fail again)."""
+    where = (key, str(root or cubins.directory()))  # a build writes into one store
     with _lock:
-        build = _builds.get(key)
+        build = _builds.get(where)
         if build is None:
             argument = json.dumps(encode_key(key))
             environment = {**os.environ, **({"MMTUNE_KERNELS": str(root)} if root else {})}
             process = subprocess.Popen([sys.executable, "-m", "autotune.store.background", argument],
                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                        stderr=subprocess.DEVNULL, env=environment)
-            build = _builds[key] = Build(key, process, root)
+            build = _builds[where] = Build(key, process, root)
         return build
 
 
