@@ -3,7 +3,10 @@
 kernel time by CUDA events, rounds alternating between the two models.
 
     python studies/mlp.py --out OUT.json [--width 4096] [--layers 4] [--batch 64 2048]
-        [--precision ieee tf32x3]
+        [--precision ieee tf32x3] [--compile MODE]
+
+With --compile, both models run under torch.compile(mode=MODE) ("reduce-overhead": CUDA graphs,
+so the host's time a product no longer holds a small batch back).
 
 Torch runs with TF32 off (its float32 is IEEE), as a user comparing exact float32 would; mmtune's
 precision is the one named. Each row has both models' milliseconds per step, the ratio (nn.Linear's
@@ -22,6 +25,8 @@ import torch
 from torch import nn
 
 import autotune.torch as mt
+
+ROUNDS = 7  # alternating between the two models
 
 
 def model(width: int, layers: int) -> nn.Sequential:
@@ -58,12 +63,14 @@ def kernel_table(net: nn.Module, x: torch.Tensor, target: torch.Tensor) -> list[
     return sorted(rows, key=lambda row: -row["us"])
 
 
-def compare(width: int, layers: int, batch: int, precision: str, rounds: int = 7) -> dict:
+def compare(width: int, layers: int, batch: int, precision: str, mode: str | None = None) -> dict:
     torch.manual_seed(0)
     theirs = model(width, layers)
     ours = model(width, layers)
     ours.load_state_dict(theirs.state_dict())
     mt.patch(ours, precision=precision)
+    if mode:
+        theirs, ours = torch.compile(theirs, mode=mode), torch.compile(ours, mode=mode)
     x = torch.randn(batch, width, device="cuda")
     target = torch.randn(batch, width, device="cuda")
     began = time.perf_counter()
@@ -71,12 +78,12 @@ def compare(width: int, layers: int, batch: int, precision: str, rounds: int = 7
     warm_s = time.perf_counter() - began
     steps = max(3, min(50, int(2e12 / (6 * batch * width * width * layers))))
     times = {"torch": [], "mmtune": []}
-    for _ in range(rounds):
+    for _ in range(ROUNDS):
         times["torch"].append(milliseconds(theirs, x, target, steps))
         times["mmtune"].append(milliseconds(ours, x, target, steps))
     torch_ms, mmtune_ms = statistics.median(times["torch"]), statistics.median(times["mmtune"])
     kernels = {name: kernel_table(net, x, target) for name, net in (("torch", theirs), ("mmtune", ours))}
-    return {"kernels": kernels, "width": width, "layers": layers, "batch": batch, "precision": precision, "steps": steps,
+    return {"kernels": kernels, "compile": mode, "width": width, "layers": layers, "batch": batch, "precision": precision, "steps": steps,
             "torch_ms": torch_ms, "mmtune_ms": mmtune_ms, "speedup": torch_ms / mmtune_ms,
             "first_loss_torch": first[0], "first_loss_mmtune": first[1], "first_step_s": warm_s,
             "gpu": torch.cuda.get_device_name()}
@@ -89,12 +96,13 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--batch", type=int, nargs="+", default=[64, 2048])
     parser.add_argument("--precision", nargs="+", default=["ieee", "tf32x3"])
+    parser.add_argument("--compile", metavar="MODE", help="torch.compile both models in this mode")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     rows = []
     for precision in args.precision:
         for batch in args.batch:
-            row = compare(args.width, args.layers, batch, precision)
+            row = compare(args.width, args.layers, batch, precision, args.compile)
             rows.append(row)
             print(f"{row['gpu']} batch {batch} {precision}: nn.Linear {row['torch_ms']:.3f} ms, mmtune "
                   f"{row['mmtune_ms']:.3f} ms, {row['speedup']:.3f}x; first losses {row['first_loss_torch']:.6g} "
