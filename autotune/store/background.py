@@ -116,18 +116,10 @@ def _header(path: Path) -> dict | None:
     """An entry file's header, read without its cubin; None for anything else."""
     try:
         with path.open("rb") as file:
-            head = file.read(HEADER_BYTES)
+            found = cubins.header_of(file.read(HEADER_BYTES))
     except OSError:
         return None
-    start = len(cubins.MAGIC) + 4
-    if not head.startswith(cubins.MAGIC) or len(head) < start:
-        return None
-    size = int.from_bytes(head[len(cubins.MAGIC):start], "big")
-    try:
-        header = json.loads(head[start:start + size])
-    except ValueError:
-        return None
-    return header if isinstance(header, dict) and isinstance(header.get("parts"), dict) else None
+    return found[0] if found and isinstance(found[0].get("parts"), dict) else None
 
 
 def _padding(entry: Entry, shape: tuple[int, int]) -> float:

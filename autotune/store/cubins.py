@@ -183,18 +183,30 @@ def encode(entry: Entry) -> bytes:
     return MAGIC + struct.pack(">I", len(header)) + header + entry.cubin
 
 
-def decode(data: bytes) -> Entry | None:
-    """The entry in `data`, or None if it is not a whole, well-formed entry."""
-    if not data.startswith(MAGIC) or len(data) < len(MAGIC) + 4:
+HEADER_START = len(MAGIC) + 4
+
+
+def header_of(data: bytes) -> tuple[dict, int] | None:
+    """(the JSON header, where the cubin starts) of an entry's bytes, or of their first part
+    (the header is a few hundred bytes); None for anything else."""
+    if not data.startswith(MAGIC) or len(data) < HEADER_START:
         return None
-    (size,) = struct.unpack(">I", data[len(MAGIC):len(MAGIC) + 4])
-    start = len(MAGIC) + 4
+    (size,) = struct.unpack(">I", data[len(MAGIC):HEADER_START])
     try:
-        header = json.loads(data[start:start + size])
+        header = json.loads(data[HEADER_START:HEADER_START + size])
     except ValueError:
         return None
-    cubin = data[start + size:]
-    if not isinstance(header, dict) or not cubin or header.get("cubin_sha256") != hashlib.sha256(cubin).hexdigest():
+    return (header, HEADER_START + size) if isinstance(header, dict) else None
+
+
+def decode(data: bytes) -> Entry | None:
+    """The entry in `data`, or None if it is not a whole, well-formed entry."""
+    found = header_of(data)
+    if found is None:
+        return None
+    header, start = found
+    cubin = data[start:]
+    if not cubin or header.get("cubin_sha256") != hashlib.sha256(cubin).hexdigest():
         return None
     key = header.pop("key", None)
     if not isinstance(key, str) or entry_key(header.get("parts", {})) != key:
