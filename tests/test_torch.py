@@ -332,3 +332,22 @@ def test_the_example_trains_and_records(tmp_path, monkeypatch, capsys):
     losses = [float(line.split()[-1]) for line in printed.splitlines() if line.startswith("step ")]
     assert "2 nn.Linear layer(s) swapped" in printed and len(losses) == 3 and losses[-1] < losses[0]
     assert [product["calls"] for product in json.loads(products.read_text())["products"]] == [3] * 5
+
+
+def test_make_fx_traces_the_op_and_its_backward_without_torch_compile():
+    """make_fx (as AOT autograd traces a backward, with is_compiling() false in some torch
+    versions) must record the op itself, never run its body on traced tensors."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    x = torch.randn(3, 4, device=DEVICE, requires_grad=True)
+    weight = torch.randn(5, 4, device=DEVICE, requires_grad=True)
+
+    def forward_and_backward(x, weight):
+        y = mt.linear(x, weight)
+        return torch.autograd.grad(y.sum(), (x, weight))
+
+    graph = make_fx(forward_and_backward)(x, weight)
+    calls = [node for node in graph.graph.nodes if node.target == torch.ops.mmtune.matmul.default]
+    assert len(calls) == 3  # the product, dX and dW
+    for got, want in zip(graph(x, weight), forward_and_backward(x, weight)):
+        _close(got, want)

@@ -10,7 +10,8 @@ place (layouts NT and TN), so it launches one kernel per gradient and copies not
 
 Eager calls skip the dispatcher's Python trampolines, which cost more than a small product: a
 call that needs no gradient runs the op's body directly, one that does runs it inside an
-autograd.Function with the op's backward. Under torch.compile every call is the op.
+autograd.Function with the op's backward. While torch traces (torch.compile, AOT autograd's
+backward, make_fx) or a tensor subclass is involved, every call is the op.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import warnings
 from typing import Optional
 
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from autotune import backends
 from autotune.call import front
@@ -32,6 +34,7 @@ DTYPES = (torch.float32, torch.float64)
 #: gets the tensor cores' three-product float32 (more exact than TF32), one that asks for the
 #: highest precision gets IEEE float32
 PRECISION_OF_TORCH = {"highest": "ieee", "high": "tf32x3", "medium": "tf32x3"}
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
 _noted_cpu = []  # the one-time note on CPU tensors without the simulator has been given
 
 
@@ -58,13 +61,21 @@ def matmul(A: torch.Tensor, B: torch.Tensor, bias: torch.Tensor | None = None,
         return product if bias is None else product + bias
     rows = A if A.dim() == 2 else A.reshape(-1, A.shape[-1])
     precision = precision or ""
-    if torch.compiler.is_compiling():
+    if _traced(rows, B, bias):
         product = torch.ops.mmtune.matmul(rows, B, bias, precision)
     elif torch.is_grad_enabled() and (rows.requires_grad or B.requires_grad or bias is not None and bias.requires_grad):
         product = _Product.apply(rows, B, bias, precision)
     else:
         product = _product(rows, B, bias, precision)
     return product if A.dim() == 2 else product.view(*A.shape[:-1], B.shape[1])
+
+
+def _traced(*tensors: torch.Tensor | None) -> bool:
+    """Whether the op itself must be called, not its body: torch is tracing (some versions trace
+    AOT autograd's backward with is_compiling() false, but always under a dispatch mode), or a
+    tensor is a subclass, whose own dispatch must see the op."""
+    return (torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None
+            or any(type(t) not in _PLAIN for t in tensors if t is not None))
 
 
 def _served(A: torch.Tensor, B: torch.Tensor, bias: torch.Tensor | None) -> bool:
