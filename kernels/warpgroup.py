@@ -13,15 +13,22 @@ and only then may the sums be read. `pin(sums)` keeps the compiler from moving a
 them across those points (CUTLASS's warpgroup_fence_operand). Shared memory written by threads
 becomes visible to the instruction after `proxy_fence()` and a barrier.
 
+A block whose warpgroups take roles (one copies and splits, the others multiply) meets at named
+barriers: `barrier(count, arrive_only)` gives f(id) for barrier `id` (1 to 15; 0 is
+syncthreads') of `count` threads, where a producer arrives and its consumers wait. `registers(n,
+more)` moves a warpgroup's registers per thread to `n` (`setmaxnreg`), so that the multiplying
+warpgroups hold their sums while the copying one makes do with few.
+
 Under the simulator, which runs a block's threads as Python threads, each call posts the thread's
-part of A and meets the block's other threads at a barrier (every thread must call it the same
-number of times); the warpgroup's product is then computed once, from A as posted and B as the
+part of A and meets its warpgroup's other threads at a barrier (each of them must call it the same
+number of times); named barriers are counters that release their waiters at `count` arrivals; the warpgroup's product is then computed once, from A as posted and B as the
 descriptor finds it in `words` (wgmma_layout.operand), in float64 and rounded to float32: it
 checks where data goes, not how the tensor cores round.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import numpy as np
@@ -65,6 +72,21 @@ def proxy_fence():
     return _nothing if config.ENABLE_CUDASIM else ptx.asm("fence.proxy.async.shared::cta;")
 
 
+def barrier(count: int, arrive_only: bool):
+    """f(id): `bar.arrive id, count` (signal and go on) or `bar.sync id, count` (signal and wait
+    until `count` threads have)."""
+    if config.ENABLE_CUDASIM:
+        return functools.partial(_simulated_barrier, count, arrive_only)
+    return _intrinsic_barrier(count, arrive_only)
+
+
+def registers(count: int, more: bool):
+    """The warpgroup's registers per thread become `count`, more or fewer than the launch gave."""
+    if config.ENABLE_CUDASIM:
+        return _nothing
+    return ptx.asm(f"setmaxnreg.{'inc' if more else 'dec'}.sync.aligned.u32 {count};")
+
+
 def zeros(count: int):
     """zeros() -> a tuple of `count` float32 zeros, held in registers."""
     return (lambda: (np.float32(0),) * count) if config.ENABLE_CUDASIM else _intrinsic_zeros(count)
@@ -99,6 +121,25 @@ def _identity(values):
     return values
 
 
+_barriers_lock = threading.Lock()
+
+
+def _simulated_barrier(count: int, arrive_only: bool, barrier_id) -> None:
+    """A named barrier of the block's: the `count`-th arrival starts its next generation."""
+    manager = threading.current_thread()._manager
+    with _barriers_lock:
+        barriers = manager.__dict__.setdefault("mmtune_barriers", {})
+        state = barriers.setdefault(barrier_id, {"condition": threading.Condition(), "generation": 0, "arrived": 0})
+    with state["condition"]:
+        generation = state["generation"]
+        state["arrived"] += 1
+        if state["arrived"] == count:
+            state["generation"], state["arrived"] = generation + 1, 0
+            state["condition"].notify_all()
+        elif not arrive_only:
+            state["condition"].wait_for(lambda: state["generation"] != generation)
+
+
 def _simulated_address(array):
     return 0
 
@@ -130,8 +171,8 @@ def _simulated_multiply(n: int):
         # alternate buffers, as kernels.warp_mma's twin does
         posted, products = state["posted"][calls % 2], state["products"][calls % 2]
         posted[thread.thread_id] = (a, b_descriptor)
-        thread.syncthreads()
         group, member = divmod(thread.thread_id, layout.THREADS)
+        _simulated_barrier(layout.THREADS, False, ("wgmma", group))
         found = products.get(group)
         if found is None or found[0] != calls:
             found = products[group] = (calls, product(words, posted, group))
@@ -184,6 +225,28 @@ def _intrinsic_address():
         return types.int32(array), codegen
 
     return address
+
+
+def _intrinsic_barrier(count: int, arrive_only: bool):
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    text = f"bar.{'arrive' if arrive_only else 'sync'} $0, {count};"
+
+    @intrinsic
+    def meet(typingctx, barrier_id):
+        if not isinstance(barrier_id, types.Integer):
+            return None
+
+        def codegen(context, builder, sig, args):
+            value = context.cast(builder, args[0], sig.args[0], types.int32)
+            builder.asm(ir.FunctionType(ir.VoidType(), [ir.IntType(32)]), text, "r,~{memory}", [value], True)
+            return context.get_dummy_value()
+
+        return types.none(barrier_id), codegen
+
+    return meet
 
 
 def _intrinsic_zeros(count: int):

@@ -22,11 +22,19 @@ permutation, which leaves the sum unchanged. Inf and NaN come out as kernels.tf3
 small parts are unscaled, so an operand is held to 2**-137 (kernels.tf32x3's to 2**-147), which
 precision "tf32x3" allows (autotune.space.precision). Operands whose rows are not 16-byte
 aligned move 4 bytes a copy, which makes those builds several times slower.
+
+With `producer`, one more warpgroup does the copies and B's split while the others only split
+their A and multiply, instead of every warp doing all of it between its products: the producer
+splits tile t + 1 while the multiplying warpgroups work on tile t. They meet at named barriers,
+one pair per split stage: "full" (the producer has split it and the raw tile of A is in) and
+"empty" (every product reading it is done). The producer gives up registers (setmaxnreg) that
+the multiplying warpgroups take for their two sets of sums.
 Parameters:
   bm, bn         block tile: bm / 64 warpgroups; bn columns per instruction
   stages         raw tiles of A and B in flight (2 to 4), in dynamic shared memory
   splits         blocks along K per tile of C, adding into C atomically (as `splitk`)
   min_blocks     blocks per SM ptxas must leave registers for (launch_bounds)
+  producer       1: a warpgroup of its own copies and splits B (bm 128 only)
 """
 
 from __future__ import annotations
@@ -39,7 +47,6 @@ from .base import DeviceLimits, Family, Footprint, Kernel, Schedules, product_sh
 from .intrinsics import (
     ASYNC_COPY_NEEDS,
     async_commit,
-    async_copy,
     async_wait,
     dynamic_shared_array,
     rows_aligned,
@@ -50,21 +57,24 @@ from .intrinsics import (
 from .rules import Arch
 from .tiles import OVERHEAD_REGISTERS
 from .warp_mma import split_tf32
+from .wgmma_copies import BK, PAD, operand_copier
 
 DTYPE = "float32"
 SPACE = {"bm": [64, 128], "bn": [64, 128], "stages": [2, 3, 4], "splits": [1, 2, 4, 8, 16, 32, 64],
-         "min_blocks": [1, 2]}
-DEFAULT = {"bm": 64, "bn": 64, "stages": 2, "splits": 1, "min_blocks": 1}
+         "min_blocks": [1, 2], "producer": [0, 1]}
+DEFAULT = {"bm": 64, "bn": 64, "stages": 2, "splits": 1, "min_blocks": 1, "producer": 0}
 #: the tile a cold tune tries first (autotune.space.guesses)
-FIRST_TILE = {"bm": 128, "bn": 128, "stages": 4, "min_blocks": 1}
-#: K of a tile: one 128-byte swizzled row of float32
-BK = wl.TILE_K
-#: float32 more per row of a raw tile whose rows run along M or N: a thread's reads of A's
-#: column pairs 4 apart then fall on different banks
-PAD = 4
+FIRST_TILE = {"bm": 128, "bn": 128, "stages": 4, "min_blocks": 1, "producer": 1}
 #: registers a thread holds besides its two sets of sums: A's big and small parts, for this
-#: tile and the next
+#: tile and the next (with a producer, this tile's only)
 FRAGMENT_REGISTERS = 64
+#: registers per thread of the producer and of the multiplying warpgroups, which a launch of
+#: three warpgroups (168 each) can move between them
+PRODUCER_REGISTERS, CONSUMER_REGISTERS = 120, 192
+#: a multiplying thread's registers besides sums and A's parts, where it copies nothing
+CONSUMER_OVERHEAD = 32
+#: named barriers: "full" and "empty" of split stage s are FULL + s and EMPTY + s
+FULL, EMPTY, PRODUCERS_ONLY = 1, 3, 5
 
 
 def raw_words(rows: int) -> int:
@@ -81,11 +91,14 @@ def shared_bytes(config: dict, dtype: str = DTYPE) -> int:
 
 
 def threads_per_block(config: dict) -> int:
-    return config["bm"] // wl.ROWS * wl.THREADS
+    return (config["bm"] // wl.ROWS + config["producer"]) * wl.THREADS
 
 
 def estimated_registers(config: dict) -> int:
-    """This tile's sums and the running ones (bn / 2 each), A's parts, and the rest."""
+    """A multiplying thread's: this tile's sums and the running ones (bn / 2 each), A's parts,
+    and the rest."""
+    if config["producer"]:
+        return config["bn"] + FRAGMENT_REGISTERS // 2 + CONSUMER_OVERHEAD
     return config["bn"] + FRAGMENT_REGISTERS + OVERHEAD_REGISTERS
 
 
@@ -108,6 +121,8 @@ def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
     if dtype != DTYPE:
         return f"three TF32 products make {DTYPE} only"
     threads, blocks = threads_per_block(config), config["min_blocks"]
+    if config["producer"] and ((config["bm"], blocks) != (128, 1) or config["stages"] < 3):
+        return "a producer warpgroup serves two multiplying ones, one block per SM, through 3 or more stages"
     if threads * blocks > limits.max_threads_per_sm:
         return f"{blocks} blocks of {threads} threads > {limits.max_threads_per_sm} threads per SM"
     shared, allowed = shared_bytes(config), max(limits.max_shared_per_block, limits.max_dynamic_shared_per_block)
@@ -115,71 +130,11 @@ def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
         return f"{shared} bytes of shared memory > {allowed}"
     regs = estimated_registers(config)
     budget = min(limits.max_registers_per_thread, limits.max_registers_per_block // (threads * blocks))
+    if config["producer"]:
+        budget = CONSUMER_REGISTERS
     if regs > budget:
         return f"needs ~{regs} registers per thread; {blocks} block(s) of {threads} threads leave {budget}"
     return None
-
-
-def raw_copier(rows: int, along_k: bool, swizzle: tuple[int, int], width: int, threads: int, offset_bits: int):
-    """copy(X, words, at, origin, k0, k_end, tid): start copying one operand's `rows` x BK tile
-    into the raw tile at word `at` of shared `words`, `width` elements a copy. Element (r, k) is
-    X[origin + r, k0 + k] where X's rows run along K (`along_k`), and lies at row r, 16-byte
-    word (k / 4) ^ ((r & mask) << shift) (`swizzle`); else it is X[k0 + k, origin + r], at row k
-    of rows + PAD. Elements past X's edge or k_end are zeros."""
-    copy = async_copy(width, offset_bits)
-    MASK, SHIFT = swizzle
-    if along_k:
-        PER_ROW = BK // width
-        COUNT = rows * PER_ROW // threads
-
-        @cuda.jit(device=True)
-        def copy_along_k(X, words, at, origin, k0, k_end, tid):
-            for i in range(COUNT):
-                j = tid + i * threads
-                r, k = j // PER_ROW, j % PER_ROW * width
-                row, col = origin + r, k0 + k
-                inside = row < X.shape[0] and col < k_end
-                place = at + r * BK + ((((k >> 2) ^ ((r & MASK) << SHIFT)) << 2) | (k & 3))
-                copy(words, (place,), X, (row if inside else 0, col if inside else 0), inside)
-
-        return copy_along_k
-
-    PER_K = rows // width
-    COUNT = BK * PER_K // threads
-
-    @cuda.jit(device=True)
-    def copy_across_k(X, words, at, origin, k0, k_end, tid):
-        for i in range(COUNT):
-            j = tid + i * threads
-            k, r = j // PER_K, j % PER_K * width
-            row, col = k0 + k, origin + r
-            inside = row < k_end and col < X.shape[1]
-            copy(words, (at + k * (rows + PAD) + r,), X, (row if inside else 0, col if inside else 0), inside)
-
-    return copy_across_k
-
-
-def operand_copier(rows: int, along_k: bool, swizzle: tuple[int, int], narrow: bool, threads: int,
-                   offset_bits: int):
-    """copy(X, words, at, origin, k0, k_end, tid, wide): raw_copier's, 16 bytes a copy where
-    `wide` (X's rows are 16-byte aligned) and the build allows it, else 4."""
-    one = raw_copier(rows, along_k, swizzle, 1, threads, offset_bits)
-    if narrow:
-        @cuda.jit(device=True)
-        def copy_narrow(X, words, at, origin, k0, k_end, tid, wide):
-            one(X, words, at, origin, k0, k_end, tid)
-
-        return copy_narrow
-    four = raw_copier(rows, along_k, swizzle, 4, threads, offset_bits)
-
-    @cuda.jit(device=True)
-    def copy_either(X, words, at, origin, k0, k_end, tid, wide):
-        if wide:
-            four(X, words, at, origin, k0, k_end, tid)
-        else:
-            one(X, words, at, origin, k0, k_end, tid)
-
-    return copy_either
 
 
 def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Kernel:
@@ -187,6 +142,7 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
         raise ValueError(f"wgmma multiplies {DTYPE} only, not {dtype}")
     BM, BN, STAGES, SPLITS = config["bm"], config["bn"], config["stages"], config["splits"]
     THREADS = threads_per_block(config)
+    WORKERS = wl.THREADS if config["producer"] else THREADS  # the threads that copy and split B
     A_ALONG_K, B_ALONG_K = layout[0] == "N", layout[1] == "T"
     B_TILE = BN * wl.ROW_BYTES  # bytes of one split tile of B
     SPLIT_STAGE = 2 * B_TILE  # its big and small parts
@@ -195,8 +151,8 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
     SHARED = shared_bytes(config)
     # where A lies along K, a thread's rows r and r + 8 hold their 16-byte words at 4 (r & 1) ^ c, so
     # that a quarter warp's reads fall on distinct banks; B's rows, read down a column, at (r & 7) ^ c
-    copy_a = operand_copier(BM, A_ALONG_K, (1, 2), "A" in unaligned, THREADS, offset_bits)
-    copy_b = operand_copier(BN, B_ALONG_K, (7, 0), "B" in unaligned, THREADS, offset_bits)
+    copy_a = operand_copier(BM, A_ALONG_K, (1, 2), "A" in unaligned, WORKERS, offset_bits)
+    copy_b = operand_copier(BN, B_ALONG_K, (7, 0), "B" in unaligned, WORKERS, offset_bits)
     aligned = rows_aligned(4)
     shared = dynamic_shared_array((SHARED // 4,), float32, 0)
     address = warpgroup.shared_address()
@@ -209,7 +165,11 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
     store = warpgroup.store_sums(BN, offset_bits, SPLITS > 1)
     descriptor = warpgroup.descriptor
     origin, dims = tile_origin(BM, BN), product_shape(layout)
-    SPLIT_TASKS = BN * 8 // THREADS  # 16-byte words of B's split tile per thread
+    SPLIT_TASKS = BN * 8 // WORKERS  # 16-byte words of B's split tile per thread
+    arrive, meet = warpgroup.barrier(THREADS, True), warpgroup.barrier(THREADS, False)
+    meet_producers = warpgroup.barrier(wl.THREADS, False)
+    fewer = warpgroup.registers(PRODUCER_REGISTERS, False)
+    more = warpgroup.registers(CONSUMER_REGISTERS, True)
 
     @cuda.jit(device=True)
     def copy_tile(A, B, words, raw, row0, col0, k0, k_end, tid, wide_a, wide_b):
@@ -230,7 +190,7 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
         `stage`. Where B's rows run along K a warp's threads take the 8 words of 4 rows, else
         32 rows of one word, so that their reads of the raw tile fall on distinct banks."""
         for j in range(SPLIT_TASKS):
-            task = tid + j * THREADS
+            task = tid + j * WORKERS
             if B_ALONG_K:
                 n, q = task >> 3, task & 7
             else:
@@ -297,6 +257,75 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
         d = multiply(words, d, (big[8], big[9], big[10], big[11]), descriptor(b + 64), 1)
         return multiply(words, d, (big[12], big[13], big[14], big[15]), descriptor(b + 96), 1)
 
+    @cuda.jit(device=True, inline="always")
+    def k_range(K):
+        """(first k, end, K-tiles) of this block's part of K."""
+        k_begin, k_end = 0, K
+        if SPLITS > 1:
+            k_span = -(-K // (SPLITS * BK)) * BK
+            k_begin = cuda.blockIdx.y * k_span
+            k_end = min(K, k_begin + k_span)
+        return k_begin, k_end, max(0, -(-(k_end - k_begin) // BK))
+
+    @cuda.jit(device=True)
+    def produce(A, B, words, raw0, stage0, row0, col0, k_begin, k_end, tiles, tid):
+        """The producer: copies STAGES - 2 tiles ahead; splits tile t's B into split stage t % 2
+        once the products of tile t - 2 are done, and says so when it has."""
+        wide_a, wide_b = aligned(A), aligned(B)
+        for s in range(STAGES - 2):
+            if s < tiles:
+                copy_tile(A, B, words, raw0 + s * RAW_STAGE, row0, col0, k_begin + s * BK, k_end, tid, wide_a, wide_b)
+            commit_copies()
+        for t in range(tiles):
+            if t >= 2:
+                meet(EMPTY + (t & 1))
+            ahead = t + STAGES - 2
+            if ahead < tiles:
+                copy_tile(A, B, words, raw0 + (ahead % STAGES) * RAW_STAGE, row0, col0, k_begin + ahead * BK, k_end,
+                          tid, wide_a, wide_b)
+            commit_copies()
+            wait_copies()
+            meet_producers(PRODUCERS_ONLY)  # every copy of tile t is in
+            split_b(words, raw0 + (t % STAGES) * RAW_STAGE, stage0 + (t & 1) * SPLIT_STAGE // 4, tid)
+            proxy_fence()
+            arrive(FULL + (t & 1))
+
+    @cuda.jit(device=True)
+    def consume(words, raw0, first, tiles, tid):
+        """A multiplying warpgroup's sums over its tiles, each split stage released once its
+        products are done (but the last two, which the producer does not wait for)."""
+        total = zeros()
+        d = zeros()
+        for t in range(tiles):
+            meet(FULL + (t & 1))
+            big, small = a_parts(words, raw0 + (t % STAGES) * RAW_STAGE, tid)
+            fence()
+            d = products(words, first + (t & 1) * SPLIT_STAGE, big, small, d)
+            commit()
+            wait()
+            d = pin(d)
+            big, small = pin(big), pin(small)
+            if t + 2 < tiles:
+                arrive(EMPTY + (t & 1))
+            total = add(total, d)
+        return total
+
+    def wgmma_roles(A, B, C):
+        words = shared()
+        tid = cuda.threadIdx.x
+        pad = ((-address(words)) & (wl.TILE_ALIGN - 1)) >> 2  # words to the first aligned one
+        M, N, K = dims(A, B)
+        row0, col0 = origin(M, N)
+        k_begin, k_end, tiles = k_range(K)
+        if tid < wl.THREADS:
+            fewer()
+            produce(A, B, words, pad + RAW0, pad, row0, col0, k_begin, k_end, tiles, tid)
+        else:
+            more()
+            me = tid - wl.THREADS
+            total = consume(words, pad + RAW0, address(words) + 4 * pad, tiles, me)
+            store(C, total, me & (wl.THREADS - 1), row0 + wl.ROWS * (me >> 7), col0)
+
     def wgmma_matmul(A, B, C):
         words = shared()
         tid = cuda.threadIdx.x
@@ -304,12 +333,7 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
         first = address(words) + 4 * pad  # byte address of split stage 0
         M, N, K = dims(A, B)
         row0, col0 = origin(M, N)
-        k_begin, k_end = 0, K
-        if SPLITS > 1:
-            k_span = -(-K // (SPLITS * BK)) * BK
-            k_begin = cuda.blockIdx.y * k_span
-            k_end = min(K, k_begin + k_span)
-        tiles = max(0, -(-(k_end - k_begin) // BK))
+        k_begin, k_end, tiles = k_range(K)
         wide_a, wide_b = aligned(A), aligned(B)
         raw0 = pad + RAW0
         for s in range(STAGES - 1):
@@ -349,7 +373,8 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
             cuda.syncthreads()
         store(C, total, tid & (wl.THREADS - 1), row0 + wl.ROWS * (tid >> 7), col0)
 
-    return Kernel("wgmma", dict(config), dtype, wgmma_matmul, block=(THREADS,), tile=(BM, BN), splits=SPLITS,
+    body = wgmma_roles if config["producer"] else wgmma_matmul
+    return Kernel("wgmma", dict(config), dtype, body, block=(THREADS,), tile=(BM, BN), splits=SPLITS,
                   min_blocks=config["min_blocks"], layout=layout, offset_bits=offset_bits,
                   unaligned="".join(name for name in "AB" if name in unaligned), dynamic_shared=SHARED)
 

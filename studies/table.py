@@ -83,7 +83,10 @@ SAMPLES = 5
 # `anchored` puts a `retime` run's speeds into it, each shape's scaled by its anchor, and its
 # kernels' source hashes under `field`; `extended` does so for an `extend` run, whose new tiles
 # and shapes it appends; `feasible` drops the candidates that autotune's space no
-# longer admits at a shape (autotune.space.configs.infeasibility), as lookup passes them over.
+# longer admits at a shape (autotune.space.configs.infeasibility), as lookup passes them over;
+# `relabel` gives a family's tiles the parameters it gained since (autotune.store.rows.GAINED; as
+# `extended` does for the tiles it takes) and its kernels under `field` the source hash a later
+# commit gave them, whose PTX was unchanged.
 #
 # The records: `promote` takes a file's rows (`only` those shapes, or all but those `except` names,
 # where `mmtune promote` kept the records' faster row for the others), each over the row of its key (autotune.store.rows.Row.key)
@@ -94,6 +97,10 @@ SAMPLES = 5
 #: every family's source hash after step 39's edits, which left their PTX as it was
 STEP39_HASHES = {"dmma": "76cd1f097b077356", "tf32x3": "5b9d3af671d86edb", "vector": "518e63140bddc879",
                  "splitk": "2f9dd882e04ed428", "streamk": "622bc048752f2d54", "wgmma": "b3bf49dceafe423b"}
+
+#: the wgmma family's source hash after step 43 gave it a producer warpgroup, off by default: the
+#: same sm_90 PTX for every shipped wgmma row (studies/ptx_same.py)
+STEP43_HASHES = {"wgmma": "c80c3d083a86b7ce"}
 
 SHIPPED = {
     "measured/nvidia-h200.json": [
@@ -115,6 +122,12 @@ SHIPPED = {
          "what": "step 40: the warpgroup family's four tiles (wgmma, precision tf32x3), whole and split to fill "
                  "waves, at every shape; 16 large shapes with unaligned rows (odd_shapes, seed 11), every candidate",
          "parts": ["h200/step40/table/extend-wgmma-0of2.json.xz", "h200/step40/table/extend-wgmma-1of2.json.xz"]},
+        {"step": "relabel", "commit": "step 43 (issue 39)", "field": "wgmma_kernels", "hashes": STEP43_HASHES,
+         "what": "step 43: the wgmma tiles as producer=0, which compiles to the code they were measured on"},
+        {"step": "extended", "commit": "step 43 (issue 39)", "field": "wgmma_kernels",
+         "what": "step 43: the wgmma tiles with a producer warpgroup (producer=1; its 64-row tiles are infeasible), "
+                 "whole and split to fill waves, at every shape, each anchored by its best earlier candidate",
+         "parts": ["h200/step43/table/extend-wgmma-0of1.json.xz"]},
     ],
     "records/nvidia-h200.json": [
         {"step": "promote", "commit": "9494194", "file": "h200/step25/retimed.json.xz",
@@ -163,6 +176,11 @@ SHIPPED = {
         {"step": "relabel", "commit": "step 39 (issue 39)", "hashes": STEP39_HASHES,
          "what": "the TF32 split takes a scale, Arch.has and Arch.native, the wgmma docstrings: the same "
                  "sm_90 PTX for all 41 records and the 36 wgmma rows of step 39 (studies/ptx_same.py)"},
+        {"step": "relabel", "commit": "step 43 (issue 39)", "hashes": STEP43_HASHES,
+         "what": "step 43: wgmma gained a producer warpgroup, off by default: the same sm_90 PTX for its rows"},
+        {"step": "promote", "commit": "step 43 (issue 39)", "file": "h200/step43/variant-rows.json",
+         "what": "step 43: every wgmma record timed with a producer warpgroup next to its own config "
+                 "(studies/variant_rows.py); all 16 faster"},
     ],
     "records/nvidia-h100-80gb-hbm3.json": [
         {"step": "promote", "commit": "step 39 (issue 39)", "file": "h100/step39/tune/tuned.json",
@@ -178,6 +196,11 @@ SHIPPED = {
          "only": ["100x4096x4096"],
          "what": "step 40: x @ W.T (NT) with wgmma tuned at M = 32, 64 and 100 on an H100; M = 100 promoted, where "
                  "it beat the FFMA row (at 32 and 64 the FFMA rows stay faster)"},
+        {"step": "relabel", "commit": "step 43 (issue 39)", "hashes": STEP43_HASHES,
+         "what": "step 43: wgmma gained a producer warpgroup, off by default: the same sm_90 PTX for its rows"},
+        {"step": "promote", "commit": "step 43 (issue 39)", "file": "h100/step43/variant-rows.json",
+         "what": "step 43: every wgmma record timed with a producer warpgroup next to its own config "
+                 "(studies/variant_rows.py); all 21 faster"},
     ],
 }
 
@@ -207,6 +230,8 @@ def built_table(steps: list[dict], root: Path, loo: bool = False) -> str:
             extended(table, parts, step["field"])
         elif step["step"] == "feasible":
             feasible(table)
+        elif step["step"] == "relabel":
+            relabelled(table, step["field"], step["hashes"])
         else:
             raise SystemExit(f"unknown table step {step['step']}")
         if loo:
@@ -239,11 +264,26 @@ def extended(table: dict, parts: list[dict], field: str) -> None:
     anchored; the parts' shapes it lacks appended as measured."""
     from autotune.select.neighbours import table_of
 
-    table["tiles"] = parts[0]["tiles"]
+    table["tiles"] = gained(parts[0]["tiles"])
     known = {(s["m"], s["n"], s["k"]) for s in table["shapes"]}
     new = [entry for part in parts for entry in part["shapes"] if tuple(entry["shape"]) not in known]
     table["shapes"] += table_of({**parts[0], "shapes": new}, table["cc"], table["sm_count"])["shapes"]
     anchored(table, parts, field)
+
+
+def gained(tiles: list[dict]) -> list[dict]:
+    """The tiles, a family's with the parameters it gained since they were measured, at the values
+    that run the code they measured (autotune.store.rows.GAINED)."""
+    from autotune.store.rows import GAINED
+
+    return [{**GAINED.get(tile.get("family"), {}), **tile} for tile in tiles]
+
+
+def relabelled(table: dict, field: str, hashes: dict[str, str]) -> None:
+    """The table's tiles as `gained` has them, and `field`'s source hashes of the families in
+    `hashes` replaced."""
+    table["tiles"] = gained(table["tiles"])
+    table[field] = {**table[field], **{family: h for family, h in hashes.items() if family in table[field]}}
 
 
 def feasible(table: dict) -> None:

@@ -35,7 +35,8 @@ if ON_GPU:
         CONFIGS[name].append({**kernels.FAMILIES[name].default, **ASYNC, "stages": 3})
     CONFIGS["dmma"].append({**DMMA_TILE, "mma": "m16n8k4", "splits": 2})
     CONFIGS["tf32x3"].append({**TF32X3_TILE, "mma": "m16n8k8", "splits": 2})
-    CONFIGS["wgmma"].append({"bm": 128, "bn": 128, "stages": 4, "splits": 2, "min_blocks": 1})
+    CONFIGS["wgmma"].append({"bm": 128, "bn": 128, "stages": 4, "splits": 2, "min_blocks": 1, "producer": 0})
+    CONFIGS["wgmma"].append({"bm": 128, "bn": 128, "stages": 3, "splits": 1, "min_blocks": 1, "producer": 1})
     SHAPES = [(1, 1, 1), (1, 1000, 1), (257, 129, 1), (513, 1021, 769), (1000, 1000, 1000), (1000, 1024, 996)]
     FAMILY_SHAPES = {}
 else:
@@ -76,8 +77,8 @@ else:
         ],
         # one warpgroup a block (tests/test_wgmma.py runs two); the ring of raw tiles wrapping, K split
         "wgmma": [
-            {"bm": 64, "bn": 64, "stages": 2, "splits": 1, "min_blocks": 1},
-            {"bm": 64, "bn": 64, "stages": 3, "splits": 2, "min_blocks": 1},
+            {"bm": 64, "bn": 64, "stages": 2, "splits": 1, "min_blocks": 1, "producer": 0},
+            {"bm": 64, "bn": 64, "stages": 3, "splits": 2, "min_blocks": 1, "producer": 0},
         ],
         # K=19 in 4 splits of one 8-step each leaves the fourth split empty
         "splitk": [

@@ -87,12 +87,12 @@ def test_a_streamed_candidate_shares_the_tiles_k_steps_and_deterministic_passes_
     assert neighbours.choose(found, (1000, 1000, 1000), 132, WHOLE).name == "1:whole"
 
 
-WGMMA = {"family": "wgmma", "bm": 128, "bn": 128, "stages": 4, "min_blocks": 1}
+WGMMA = {"family": "wgmma", "bm": 128, "bn": 128, "stages": 4, "min_blocks": 1, "producer": 1}
 
 
 def test_a_tile_of_a_family_with_its_own_schedules_fits_the_familys_sizes_and_k_step():
     assert neighbours.config_for(WGMMA, "whole", (4096, 4096, 4096), 132, "9.0") == (
-        "wgmma", {"bm": 128, "bn": 128, "stages": 4, "min_blocks": 1, "splits": 1})
+        "wgmma", {"bm": 128, "bn": 128, "stages": 4, "min_blocks": 1, "producer": 1, "splits": 1})
     family, params = neighbours.config_for(WGMMA, "deep", (40, 100, 8192), 132, "9.0")
     assert (family, params["bm"], params["bn"]) == ("wgmma", 64, 128)  # 64 covers 40 rows; 100 columns need 128
     # two blocks of C, split for 8 waves with 2 steps of the family's K-step (32) each, as far as its space goes

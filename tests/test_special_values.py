@@ -31,8 +31,8 @@ if ON_GPU:
                   "min_blocks": 1, "mma": "m16n8k4"},
                  {"bm": 64, "bn": 128, "bk": 16, "warps_m": 1, "warps_n": 4, "stages": 3, "splits": 2,
                   "min_blocks": 1, "mma": "m8n8k4"}],
-        "wgmma": [{"bm": 128, "bn": 128, "stages": 4, "splits": 1, "min_blocks": 1},
-                  {"bm": 64, "bn": 64, "stages": 3, "splits": 2, "min_blocks": 1}],
+        "wgmma": [{"bm": 128, "bn": 128, "stages": 4, "splits": 1, "min_blocks": 1, "producer": 1},
+                  {"bm": 64, "bn": 64, "stages": 3, "splits": 2, "min_blocks": 1, "producer": 0}],
     }
 else:
     # several tiles each way, a partial tile at every edge, K over several k-steps; K split in two
@@ -46,7 +46,7 @@ else:
                   "min_blocks": 1},
                  {"mma": "m16n8k4", "bm": 16, "bn": 8, "bk": 8, "warps_m": 1, "warps_n": 1, "stages": 2,
                   "splits": 2, "min_blocks": 1}],
-        "wgmma": [{"bm": 64, "bn": 64, "stages": 2, "splits": 1, "min_blocks": 1}],
+        "wgmma": [{"bm": 64, "bn": 64, "stages": 2, "splits": 1, "min_blocks": 1, "producer": 0}],
     }
 DTYPE = {"tf32x3": "float32", "dmma": "float64", "wgmma": "float32"}
 #: float32 operands are held to 2**-147 by tf32x3's scaled small parts (kernels.warp_mma.split_tf32)

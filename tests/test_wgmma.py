@@ -17,7 +17,7 @@ from kernels import warpgroup
 from kernels import wgmma_layout as wl
 from kernels.rules import Arch
 
-CONFIG = {"bm": 64, "bn": 64, "stages": 2, "splits": 1, "min_blocks": 1}
+CONFIG = {"bm": 64, "bn": 64, "stages": 2, "splits": 1, "min_blocks": 1, "producer": 0}
 
 
 def test_only_sm_90_runs_it_and_its_builds_are_keyed_for_sm_90a():
@@ -34,8 +34,10 @@ def test_only_sm_90_runs_it_and_its_builds_are_keyed_for_sm_90a():
 
 def test_an_h100_takes_the_large_tiles_in_its_shared_memory():
     configs = feasible_configs("wgmma", "float32", GpuLimits.for_cc("9.0", 132))
-    assert {"bm": 128, "bn": 128, "stages": 4, "splits": 1, "min_blocks": 1} in configs
+    for producer in (0, 1):
+        assert {"bm": 128, "bn": 128, "stages": 4, "splits": 1, "min_blocks": 1, "producer": producer} in configs
     assert not [c for c in configs if c["bm"] * c["bn"] == 128 * 128 and c["min_blocks"] == 2]  # registers
+    assert not [c for c in configs if c["producer"] and (c["bm"] == 64 or c["stages"] == 2)]
     assert kernels.family("wgmma").first_tile("float32", "9.0") and not kernels.family("wgmma").first_tile("float32", "8.0")
 
 
@@ -52,11 +54,30 @@ def test_two_warpgroups_over_a_k_that_wraps_the_ring_give_the_product(rng):
     m, n, k = 120, 40, 150
     A, B = rng.uniform(-1, 1, (m, k)).astype(np.float32), rng.uniform(-1, 1, (k, n)).astype(np.float32)
     exact = A.astype(np.float64) @ B.astype(np.float64)
-    config = {"bm": 128, "bn": 64, "stages": 3, "splits": 2, "min_blocks": 1}  # 3 K-tiles, then 2
+    config = {"bm": 128, "bn": 64, "stages": 3, "splits": 2, "min_blocks": 1, "producer": 0}  # 3 K-tiles, then 2
     kernel = kernels.build_for("wgmma", config, "float32", (m, n, k), "NT")
     C = cuda.to_device(np.full((m, n), np.nan, np.float32))
     kernel(cuda.to_device(A), cuda.to_device(np.ascontiguousarray(B.T)), C)
     error = np.abs(C.copy_to_host() - exact) / (np.abs(A) @ np.abs(B))
+    assert error.max() <= 2.0**-21, error.max()
+
+
+@pytest.mark.parametrize("layout, shape, stages, splits", [("NT", (120, 40, 152), 3, 2), ("TN", (70, 33, 99), 4, 1)])
+def test_a_producer_warpgroup_feeds_two_multiplying_ones(layout, shape, stages, splits, rng):
+    """With `producer`, a warpgroup of its own copies and splits B while two others multiply, meeting
+    at named barriers: over a K that wraps the ring of raw tiles (3 stages: 3 K-tiles, then 2, K
+    split in two) and both split stages, 16 bytes a copy, and over unaligned rows (4 stages, 4 K-tiles, the last
+    partial), in the layouts whose A or B the copies transpose."""
+    m, n, k = shape
+    A, B = rng.uniform(-1, 1, (m, k)).astype(np.float32), rng.uniform(-1, 1, (k, n)).astype(np.float32)
+    config = {"bm": 128, "bn": 64, "stages": stages, "splits": splits, "min_blocks": 1, "producer": 1}
+    kernel = kernels.build_for("wgmma", config, "float32", shape, layout)
+    assert kernel.threads == 3 * wl.THREADS and kernel.unaligned == ("" if layout == "NT" else "AB")
+    stored_a = np.ascontiguousarray(A.T) if layout[0] == "T" else A
+    stored_b = np.ascontiguousarray(B.T) if layout[1] == "T" else B
+    C = cuda.to_device(np.full((m, n), 0 if splits > 1 else np.nan, np.float32))
+    kernel(cuda.to_device(stored_a), cuda.to_device(stored_b), C)
+    error = np.abs(C.copy_to_host() - A.astype(np.float64) @ B.astype(np.float64)) / (np.abs(A) @ np.abs(B))
     assert error.max() <= 2.0**-21, error.max()
 
 
@@ -75,3 +96,15 @@ def test_a_wrong_k_permutation_on_one_side_is_caught(layout, monkeypatch, rng):
     C = cuda.to_device(np.zeros((m, n), np.float32))
     kernel(cuda.to_device(np.ascontiguousarray(A.T) if layout[0] == "T" else A), cuda.to_device(B), C)
     assert np.abs(C.copy_to_host() - A.astype(np.float64) @ B).max() > 1e-2
+
+
+def test_a_row_written_before_the_producer_parameter_reads_as_the_code_it_measured():
+    """Rows of a cache written before `producer` existed ran what producer=0 runs, whose code is
+    the same (autotune.store.rows.SAME_CODE): they read as producer=0 and stay current."""
+    from autotune.store.rows import Row, stale
+
+    params = {"bm": 128, "bn": 128, "stages": 4, "splits": 1, "min_blocks": 1}
+    row = Row.of({"device": "NVIDIA H200", "dtype": "float32", "m": 4096, "n": 4096, "k": 4096, "family": "wgmma",
+                  "params": params, "gflops": 6e4, "source_hash": "b3bf49dceafe423b", "precision": "tf32x3"})
+    assert row.params == {**params, "producer": 0} and row.config.params == row.params
+    assert not stale(row, kernels.source_hashes())

@@ -183,14 +183,15 @@ def warm_start(cache: Cache, start: WarmStart) -> list[Config]:
 def measured_guesses(start: WarmStart) -> list[Config]:
     """The MEASURED_GUESSES candidates that the measured table of the GPU closest to this one
     (records.closest_table: this model, its architecture, else another) rates best for the shape
-    (autotune.select.neighbours), as lookup picks from it; the limits (space.GpuLimits) keep out the
-    instructions this GPU lacks."""
+    (autotune.select.neighbours), as lookup picks from it, among the families searched; the limits
+    (space.GpuLimits) keep out the instructions this GPU lacks."""
     dtype, limits = start.problem.dtype, start.limits
     found = closest_table(measured_tables(), dtype, start.gpu)
     if found is None or not start.gpu.sm_count:
         return []
     table = found[1]
     picks = ranked(table, start.problem.shape, start.gpu.sm_count, count=MEASURED_GUESSES,
-                   feasible=lambda family, params: infeasibility(family, params, dtype, limits) is None,
+                   feasible=lambda family, params: (family in start.families
+                                                    and infeasibility(family, params, dtype, limits) is None),
                    layout=start.problem.layout)
     return [Config.of(pick.family, pick.config) for pick in picks]
