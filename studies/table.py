@@ -178,7 +178,7 @@ SHIPPED = {
                  "sm_90 PTX for all 41 records and the 36 wgmma rows of step 39 (studies/ptx_same.py)"},
         {"step": "relabel", "commit": "step 43 (issue 39)", "hashes": STEP43_HASHES,
          "what": "step 43: wgmma gained a producer warpgroup, off by default: the same sm_90 PTX for its rows"},
-        {"step": "promote", "commit": "step 43 (issue 39)", "file": "h200/step43/variant-rows.json",
+        {"step": "promote", "commit": "step 43 (issue 39)", "file": "h200/step43/variant-rows.json.xz",
          "what": "step 43: every wgmma record timed with a producer warpgroup next to its own config "
                  "(studies/variant_rows.py); all 16 faster"},
     ],
@@ -198,7 +198,7 @@ SHIPPED = {
                  "it beat the FFMA row (at 32 and 64 the FFMA rows stay faster)"},
         {"step": "relabel", "commit": "step 43 (issue 39)", "hashes": STEP43_HASHES,
          "what": "step 43: wgmma gained a producer warpgroup, off by default: the same sm_90 PTX for its rows"},
-        {"step": "promote", "commit": "step 43 (issue 39)", "file": "h100/step43/variant-rows.json",
+        {"step": "promote", "commit": "step 43 (issue 39)", "file": "h100/step43/variant-rows.json.xz",
          "what": "step 43: every wgmma record timed with a producer warpgroup next to its own config "
                  "(studies/variant_rows.py); all 21 faster"},
     ],
