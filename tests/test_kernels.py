@@ -153,11 +153,13 @@ def assert_matches_reference(kernel, A, B):
     for case in CASES for dtype in FAMILY_DTYPES[case.values[0]]
 ])
 def test_family_matches_reference_on_odd_shapes(family, config, dtype, rng):
-    """The first config of a family runs every shape; the others, and int32 (float32's tiles and
-    moves, in integer arithmetic), the last two: partial tiles at every edge, a K split unevenly."""
+    """The first config of a family runs every shape in its first dtype; the others, and the other
+    dtypes (the same tiles and moves, in other arithmetic), the last two: partial tiles at every
+    edge, a K split unevenly."""
     kernel = kernels.build(family, config, dtype)
     family_shapes = FAMILY_SHAPES.get(family, SHAPES)
-    shapes = family_shapes if config is CONFIGS[family][0] and (dtype != "int32" or ON_GPU) else family_shapes[-2:]
+    every = config is CONFIGS[family][0] and (dtype == dtype_of(family) or ON_GPU)
+    shapes = family_shapes if every else family_shapes[-2:]
     for m, n, k in shapes:
         A, B = random_inputs(m, n, k, dtype, rng)
         assert_matches_reference(kernel, A, B)
@@ -178,7 +180,9 @@ LAYOUT_CASES = [case for case in CASES
                 if case.id.endswith("-0") or case.values[1].get("async_copy") or case.values[0] == "gemv"]
 
 
-@pytest.mark.parametrize("layout", ["NT", "TN", "TT"])
+#: NT (nn.Linear's x @ W.T) and TT (both operands transposed) in every run; TN, whose two reads NN
+#: and TT make, with `-m long`
+@pytest.mark.parametrize("layout", ["NT", pytest.param("TN", marks=pytest.mark.long), "TT"])
 @pytest.mark.parametrize("family,config", LAYOUT_CASES)
 def test_transposed_layouts_match_reference(family, config, layout, rng):
     """Every family reads transposed operands in place; the last shape has aligned rows in every

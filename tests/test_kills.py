@@ -14,6 +14,7 @@ from autotune.tune.study import measured_trials, study_name
 from autotune.space.problem import Problem
 
 SHAPE = ("6", "5", "4")
+TRIALS = 5  # two measured before the kill, one running, two left for the rerun
 
 
 def command(trials: int) -> list[str]:
@@ -28,7 +29,7 @@ def load(journal):
 
 def test_kill_9_mid_study_then_rerun_resumes(isolated_cache):
     journal = isolated_cache.parent / "studies.journal"
-    tuner = subprocess.Popen(command(9), env=os.environ, start_new_session=True,
+    tuner = subprocess.Popen(command(TRIALS), env=os.environ, start_new_session=True,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
@@ -46,9 +47,9 @@ def test_kill_9_mid_study_then_rerun_resumes(isolated_cache):
     kept = {t.number for t in measured_trials(killed)}
     assert len(kept) >= 2
 
-    rerun = subprocess.run(command(9), env=os.environ, capture_output=True, text=True, timeout=600)
+    rerun = subprocess.run(command(TRIALS), env=os.environ, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr
-    assert "9 trials (" in rerun.stdout and "written to the cache" in rerun.stdout
+    assert f"{TRIALS} trials (" in rerun.stdout and "written to the cache" in rerun.stdout
     study = load(journal)
     assert kept <= {t.number for t in measured_trials(study)}  # nothing measured before is lost
     abandoned = [t for t in study.trials if "abandoned" in t.user_attrs]

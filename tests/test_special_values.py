@@ -134,7 +134,11 @@ def edges(rng, m: int, n: int, k: int):
 CASES = [pytest.param(family, i, id=f"{family}-{i}") for family in CONFIGS for i in range(len(CONFIGS[family]))]
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+#: NN and TT (each operand read as stored and transposed) in every run; NT and TN with `-m long`
+EVERY_READ = [layout if layout in ("NN", "TT") else pytest.param(layout, marks=pytest.mark.long) for layout in LAYOUTS]
+
+
+@pytest.mark.parametrize("layout", EVERY_READ)
 @pytest.mark.parametrize("where", ["A", "B"])
 @pytest.mark.parametrize("family,index", CASES)
 def test_inf_and_nan_land_where_ieee_puts_them(family, index, where, layout, rng):
