@@ -1,15 +1,18 @@
 """The first call of a product shape the process has not seen, through autotune.torch, as a new
 user meets it: seconds from after `import autotune.torch` and CUDA init (inputs on the GPU) to a
-verified result, each case in a fresh process with a kernel store of its own.
+verified result, each case in a fresh process with a kernel store of its own; and the seconds the
+import took.
 
     python3 studies/first_call.py --out OUT.json [--shape 1536x1024x768] [--seen 1024x1024x1024]
 
 Cases:
-  - `empty`: an empty store (a fresh install): the first call compiles, or takes what ships;
+  - `empty`: an empty store (a fresh install): the first call takes the kernel that ships for its
+    kind (autotune.store.prebuilt) while the chosen one builds, or compiles where none ships;
   - `kind`: a store holding only --seen's kernel, of the same kind as --shape's (dtype, layout,
     alignment, offset width): the first call takes it as a stand-in while the chosen kernel builds
-    in another process; then the calls' host time (back to back, no synchronize) while it builds
-    and once it has switched, each as a median over a window;
+    in another process;
+    then, in both, the calls' host time (back to back, no synchronize) while it builds and once it
+    has switched, each as a median over a window;
   - `own`: a store that already holds --shape's own kernel.
 Prints one JSON object a case and writes them all to --out. Needs torch with CUDA.
 """
@@ -26,8 +29,10 @@ from pathlib import Path
 
 CHILD = r"""
 import json, statistics, sys, time
+began = time.perf_counter()
 import autotune.torch as mt
 import torch
+imported = time.perf_counter() - began
 m, n, k = map(int, sys.argv[1].split("x"))
 A = torch.randn(m, k, device="cuda"); B = torch.randn(k, n, device="cuda")
 ref = A.double() @ B.double()
@@ -50,7 +55,8 @@ def window(low, high):
     found = [c for t, c in calls if low <= t < high]
     return round(statistics.median(found) * 1e6, 1) if found else None
 end = calls[-1][0] if calls else 0
-print(json.dumps({"first_call_s": round(first, 4), "background_builds": builds, "relative_error": error,
+print(json.dumps({"import_s": round(imported, 3), "first_call_s": round(first, 4), "background_builds": builds,
+                  "relative_error": error,
                   "calls": len(calls),
                   "host_us_first_half_second": window(0, 0.5), "host_us_last_second": window(end - 1, end + 1)}))
 """
@@ -83,7 +89,7 @@ def main() -> None:
         for name, store in stores.items():
             (store / "cache.db").unlink(missing_ok=True)  # rows of a run are not a new user's
             result = {"case": name, "shape": args.shape, "seen": args.seen if name == "kind" else None,
-                      **child(args.shape, store, args.seconds if name == "kind" else 0)}
+                      **child(args.shape, store, 0 if name == "own" else args.seconds)}
             print(json.dumps(result), flush=True)
             found.append(result)
     args.out.write_text(json.dumps(found, indent=1) + "\n")

@@ -56,7 +56,6 @@ kernels are those `import kernels` finds: put an older copy first on PYTHONPATH 
 from __future__ import annotations
 
 import argparse
-import filecmp
 import gzip
 import json
 import lzma
@@ -103,7 +102,7 @@ STEP39_HASHES = {"dmma": "76cd1f097b077356", "tf32x3": "5b9d3af671d86edb", "vect
 STEP43_HASHES = {"wgmma": "c80c3d083a86b7ce"}
 
 SHIPPED = {
-    "measured/nvidia-h200.json": [
+    "measured/nvidia-h200.json.xz": [
         {"step": "table", "commit": "9494194",
          "what": "step 25: every candidate at 124 training shapes on the step-25 kernels",
          "parts": ["h200/step25/table-0of2.json.xz", "h200/step25/table-1of2.json.xz"]},
@@ -366,7 +365,7 @@ def rebuild(out: Path, loo: bool = False) -> list[Path]:
         if name.startswith("measured/"):
             if loo:
                 print(name)
-            path.write_text(built_table(steps, STUDIES, loo))
+            path.write_bytes(lzma.compress(built_table(steps, STUDIES, loo).encode(), preset=9))
         else:
             built_records(steps, STUDIES, path)
         written.append(path)
@@ -382,8 +381,14 @@ def rebuild_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def shipped_text(path: Path) -> bytes:
+    """A shipped file's contents, decompressed if its name says xz (the compressed bytes may differ
+    between liblzma versions)."""
+    return lzma.decompress(path.read_bytes()) if path.suffix == ".xz" else path.read_bytes()
+
+
 def compare(paths: list[Path], root: Path) -> int:
-    differ = [p.relative_to(root) for p in paths if not filecmp.cmp(p, DATA / p.relative_to(root), shallow=False)]
+    differ = [p.relative_to(root) for p in paths if shipped_text(p) != shipped_text(DATA / p.relative_to(root))]
     for name in differ:
         print(f"differs from autotune/data: {name}")
     print(f"{len(paths) - len(differ)} of {len(paths)} shipped files rebuilt byte for byte")
@@ -876,7 +881,7 @@ def main() -> int:
             sub.add_argument("--dry", action="store_true",
                              help="count the jobs (retime, extend: write them to --out), then stop")
         if name in ("retime", "extend"):
-            sub.add_argument("--table", default=str(DATA / "measured" / "nvidia-h200.json"))
+            sub.add_argument("--table", default=str(DATA / "measured" / "nvidia-h200.json.xz"))
         if name == "extend":
             sub.add_argument("--family", help="a family whose tiles (family_tiles) to add at every shape")
             sub.add_argument("--odd-count", type=int, default=0, help="shapes (odd_shapes) to add with every tile")

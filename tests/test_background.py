@@ -37,8 +37,11 @@ def test_a_kernel_builds_in_a_child_process_and_stands_in_for_other_configs(root
     other = key_of(Config.of("register", {"bm": 64, "bn": 64, "bk": 8, "tm": 4, "tn": 4}))
     assert [found.key for found in background.stand_ins(other, (96, 80))] == [entry.key]
     assert background.config_of(entry) == NAIVE
-    assert background.stand_ins(key_of(NAIVE, layout="NT"), (96, 80)) == []  # another layout computes another product
-    assert background.stand_ins(key_of(NAIVE, shape=(96, 80, 66)), (96, 80)) == []  # unaligned rows
+    for product in (key_of(NAIVE, layout="NT"), key_of(NAIVE, shape=(96, 80, 66))):  # another layout, unaligned rows
+        found = background.stand_ins(product, (96, 80))
+        assert entry.key not in [e.key for e in found]  # computes another product: only the shipped kernel stands in
+        assert [(e.header["parts"]["layout"], e.header["parts"]["unaligned"]) for e in found] == [
+            (product.layout, product.unaligned)]
     (root / "junk.cubin").write_bytes(b"not an entry")
     assert len(background.stand_ins(other, (96, 80))) == 1
 
@@ -179,3 +182,21 @@ def test_a_failed_build_keeps_the_stand_in_and_says_so_once(driver):
     front.matmul(A, B, out=C)
     assert driver.launched == ["register-kernel"] * 3 and len(driver.builds) == 1
 
+
+
+def test_a_stand_in_the_driver_cannot_load_gives_way_to_the_chosen_kernel(driver, monkeypatch):
+    """A shipped cubin an older driver refuses (autotune.store.prebuilt): the call compiles instead."""
+    A, B, C = driver.operands
+    driver.stand_ins = [_entry(Config.of("register", {"bm": 64}))]
+    planned = front.entry_plan
+
+    def entry_plan(device, entry, shape, dtype, layout="NN"):
+        if entry.key == "register-kernel":
+            raise front.LaunchError("cuLibraryLoadData failed: CUDA_ERROR_UNSUPPORTED_PTX_VERSION")
+        return planned(device, entry, shape, dtype, layout)
+
+    monkeypatch.setattr(front, "entry_plan", entry_plan)
+    with pytest.warns(UserWarning, match="a stand-in kernel does not load"):
+        front.matmul(A, B, out=C)
+    front.matmul(A, B, out=C)
+    assert driver.launched == ["vector-kernel"] * 2

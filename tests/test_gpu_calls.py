@@ -19,7 +19,7 @@ from autotune import memos
 from autotune.memos import MEMOS
 from autotune.call import front
 from autotune.call import launch
-from autotune.store import cubins
+from autotune.store import cubins, prebuilt
 from autotune.store import shapes
 from autotune.measure.measurement import error_bound, random_inputs, reference, relative_error
 from autotune.space.problem import Problem
@@ -32,6 +32,7 @@ SLEEP_CYCLES = 500_000_000  # ~0.25 s of one GPU thread spinning: long enough to
 @pytest.fixture(autouse=True)
 def fresh_plans(tmp_path, monkeypatch):
     monkeypatch.setenv("MMTUNE_KERNELS", str(tmp_path / "kernels"))
+    monkeypatch.setenv(front.WAIT_ENV, "1")  # each call runs its chosen kernel; the stand-in tests unset it
     memos.clear()
     torch.backends.cuda.matmul.allow_tf32 = False
     yield
@@ -289,7 +290,7 @@ def test_an_operand_past_2_32_elements_gets_64_bit_offsets():
     torch.cuda.synchronize()
     call = next(iter(MEMOS.table("call.plans").values()))
     parts = cubins.key_parts(cubins.BuildKey(Config.of(call.family, call.config), "float32",
-                                              Arch.of(torch.cuda.get_device_capability(0)), offset_bits=64,
+                                              Arch.of(torch.cuda.get_device_capability(0)).native, offset_bits=64,
                                               unaligned=unaligned_for(m, n, k, "NN", "float32")))
     assert call.plan.loaded.image == cubins.read(parts).cubin  # the 64-bit kernel was built and launched
     assert sampled_error(C, tA, tB) <= error_bound("float32", k)
@@ -299,7 +300,7 @@ def test_an_operand_past_2_32_elements_gets_64_bit_offsets():
     torch.cuda.empty_cache()
 
 
-def test_a_first_call_takes_a_stored_stand_in_then_switches_to_the_chosen_kernel(rng):
+def test_a_first_call_takes_a_stored_stand_in_then_switches_to_the_chosen_kernel(rng, monkeypatch):
     """No first-call stall: with the chosen kernel missing from the store but another config's
     kernel for the same product stored, the first call runs the stand-in while a child process
     builds the chosen one; a later call, once it is built, runs the chosen kernel. Both exact."""
@@ -312,6 +313,7 @@ def test_a_first_call_takes_a_stored_stand_in_then_switches_to_the_chosen_kernel
     key = cubins.BuildKey.of(chosen, "float32", shape, "NN", Arch.of(gpu.cc))
     cubins.path_of(cubins.stored(key).key).unlink()  # as if never built
     cubins.get(cubins.BuildKey.of(stand_in, "float32", shape, "NN", Arch.of(gpu.cc)))
+    monkeypatch.delenv(front.WAIT_ENV)
     A, B, tA, tB = operands(*shape, "float32", rng)
     assert_exact(front.matmul(tA, tB), A, B, "float32")
     call = next(iter(MEMOS.table("call.plans").values()))
@@ -320,3 +322,27 @@ def test_a_first_call_takes_a_stored_stand_in_then_switches_to_the_chosen_kernel
     assert_exact(front.matmul(tA, tB), A, B, "float32")
     switched = next(iter(MEMOS.table("call.plans").values()))
     assert switched.family == chosen.family and switched.pending is None
+
+
+@pytest.mark.parametrize("dtype, layout, shape", [("float32", "NT", (300, 100, 200)),
+                                                   ("float64", "TN", (257, 99, 131))])
+def test_a_first_call_with_an_empty_store_takes_the_kernel_that_ships(dtype, layout, shape, rng, monkeypatch):
+    """A fresh install (autotune.store.prebuilt): the first call runs the shipped kernel of its kind
+    while the chosen one builds, then switches; both exact. Where none ships for this GPU, it waits."""
+    gpu = front._identity(launch.device(0))
+    shipped = prebuilt.entries(Arch.of(gpu.cc).native)
+    monkeypatch.delenv(front.WAIT_ENV)
+    m, n, k = shape
+    A, B, tA, tB = operands(m, n, k, dtype, rng)
+    a = tA if layout[0] == "N" else tA.T.contiguous().T
+    b = tB if layout[1] == "N" else tB.T.contiguous().T
+    assert_exact(front.matmul(a, b), A, B, dtype)
+    call = next(iter(MEMOS.table("call.plans").values()))
+    if not shipped:
+        assert call.pending is None
+        return
+    assert Config.of(call.family, call.config) == prebuilt.STAND_INS[dtype] and call.pending is not None
+    call.pending.build.wait()
+    assert_exact(front.matmul(a, b), A, B, dtype)
+    switched = next(iter(MEMOS.table("call.plans").values()))
+    assert switched.pending is None and Config.of(switched.family, switched.config) == call.pending.build.key.config

@@ -10,6 +10,9 @@ import sys
 import zipfile
 from pathlib import Path
 
+from autotune.store import prebuilt
+from kernels.rules import Arch
+
 ROOT = Path(__file__).parent.parent
 BUILD_LEFTOVERS = (".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis")
 
@@ -63,7 +66,8 @@ def fresh_venv_with_the_wheel(tmp_path) -> tuple[Path, Path]:
 def test_the_wheel_installed_outside_the_checkout_has_its_data_and_runs(tmp_path):
     python, wheel = fresh_venv_with_the_wheel(tmp_path)
     names = zipfile.ZipFile(wheel).namelist()
-    assert {"autotune/data/suites.json", "autotune/data/records/nvidia-h200.json", "kernels/__init__.py"} <= set(names)
+    assert {"autotune/data/suites.json", "autotune/data/records/nvidia-h200.json", "kernels/__init__.py",
+            "autotune/data/measured/nvidia-h200.json.xz", "autotune/data/kernels/sm_90a.tar.xz"} <= set(names)
     assert not [n for n in names if n.startswith(("studies/", "tests/", "docs/"))]
     licenses = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]  # pyproject's license-files
     assert len(licenses) == 1 and zipfile.ZipFile(wheel).read(licenses[0]) == (ROOT / "LICENSE").read_bytes()
@@ -72,12 +76,18 @@ def test_the_wheel_installed_outside_the_checkout_has_its_data_and_runs(tmp_path
     elsewhere.mkdir()
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     env["MMTUNE_CACHE"] = str(tmp_path / "cache" / "cache.db")
+    env["MMTUNE_KERNELS"] = str(tmp_path / "kernels")
     mmtune = python.parent / ("mmtune.exe" if os.name == "nt" else "mmtune")
     where = run([python, "-c", """if True:
         import json, autotune, kernels
         from autotune.bench import suite
-        from autotune.store import records
+        from autotune.store import cubins, prebuilt, records
+        from kernels.rules import Arch
         print(json.dumps({"autotune": autotune.__file__, "kernels": kernels.__file__,
+                          "measured": [table["device"] for table in records.measured_tables()],
+                          "stand_ins": len(prebuilt.entries(Arch(9, 0, "a"))),
+                          "current": [e.header["parts"]["source"] == cubins.source_hash()
+                                      for e in prebuilt.entries(Arch(9, 0, "a"))][:1],
                           "h200": len(records.shipped_rows("NVIDIA H200", "float32")),
                           "h200_all": len(records.shipped_rows("NVIDIA H200")),
                           "suites": sorted(records.suites()), "standard": len(suite.parse_shapes("standard"))}))
@@ -87,6 +97,8 @@ def test_the_wheel_installed_outside_the_checkout_has_its_data_and_runs(tmp_path
     assert found["autotune"].startswith(site_packages) and found["kernels"].startswith(site_packages), found
     assert found["h200"] >= 12 and found["h200_all"] > found["h200"]  # float64 rows ship too
     assert found["suites"] == ["quick", "seeded", "squares", "standard", "wide"] and found["standard"] == 12
+    assert found["measured"] == ["NVIDIA H200"] and found["stand_ins"] == len(prebuilt.keys(Arch(9, 0, "a")))
+    assert found["current"] == [True]  # the installed kernels/ hash as the checkout's
 
     assert "promote" in run([mmtune, "--help"], elsewhere, env).stdout
     assert "--shapes" in run([mmtune, "bench", "--help"], elsewhere, env).stdout

@@ -262,7 +262,13 @@ def _plan(device: launch.GpuContext, gpu: backends.Device, problem: Problem, opt
     stand-in computes all of C's rows (peeling them is the chosen kernel's refinement)."""
     deterministic = options.deterministic
     served = find_entry(gpu, problem, deterministic, wait=options.waits)
-    rest = 0 if served.building else peeled_rows(problem.m, served.config.params, problem.layout)
+    if served.building:
+        try:
+            return entry_plan(device, served.entry, problem.shape, problem.dtype, problem.layout), served
+        except LaunchError as error:  # a shipped kernel this driver cannot load: the call waits instead
+            warnings.warn(f"mmtune: a stand-in kernel does not load ({error}); compiling", stacklevel=4)
+            served = find_entry(gpu, problem, deterministic, wait=True)
+    rest = peeled_rows(problem.m, served.config.params, problem.layout)
     if not rest:
         return entry_plan(device, served.entry, problem.shape, problem.dtype, problem.layout), served
     # the peeled rows' own kernel may stand in too: a switch never waits for a compile
@@ -312,6 +318,15 @@ def _identity(device: launch.GpuContext) -> backends.Device:
         sms = device.attribute("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT")
         found = _identities[device.ordinal] = backends.Device(device.name, str(Arch.of(device.cc)), sms)
     return found
+
+
+def prepare() -> None:
+    """Do now what the first call of a shape the store does not remember would: import lookup (and
+    through it numba, the kernel families and the cache) and read the data it reads. For programs
+    that import mmtune at their start (autotune.torch), whose first products should not pay for it."""
+    from autotune.select import lookup
+
+    lookup.prepare()
 
 
 def find_entry(gpu: backends.Device, problem: Problem, deterministic: bool = False, wait: bool = True) -> Served:

@@ -139,11 +139,9 @@ def _find(problem: Problem, device: Device, deterministic: bool) -> Choice:
         raise OperandError(f"unsupported dtype {dtype}; supported: {', '.join(DTYPES)}")
     if layout not in LAYOUTS:
         raise OperandError(f"unknown layout {layout}; known: {', '.join(LAYOUTS)}")
-    if dtype not in _shipped:
-        _shipped[dtype] = records.shipped_rows(dtype=dtype)
     hashes = kernels.source_hashes()
     ranked, usable = [], []
-    for origin, rows in (("cache", _cached_rows(dtype)), ("shipped", _shipped[dtype])):
+    for origin, rows in (("cache", _cached_rows(dtype)), ("shipped", _shipped_rows(dtype))):
         for row in rows:
             match, served = gpu_rank(measured_on(row), device), layout_rank(row, layout)
             if (match is None or served is None or (deterministic and adds_into_c(row.params))
@@ -199,9 +197,7 @@ def _measured(problem: Problem, device: Device, deterministic: bool,
     table of the nearest other architecture, its picks limited to the instructions this GPU has
     (autotune.space.configs.arch_infeasibility): the register default is the slowest config there is. Only
     candidates whose family computes as the problem's precision allows (autotune.space.precision.allows)."""
-    if "measured" not in _shipped:
-        _shipped["measured"] = records.measured_tables()
-    found = closest_table(_shipped["measured"], problem.dtype, device)
+    found = closest_table(_measured_tables(), problem.dtype, device)
     if found is None or not device.sm_count or (found[0] == ANOTHER_ARCHITECTURE and not other_architectures):
         return None
     match, table = found
@@ -217,6 +213,27 @@ def _measured(problem: Problem, device: Device, deterministic: bool,
         return None
     return Choice(pick.family, pick.config, "measured", device.name, measured_on=table["device"],
                   gpu_match=GPU_MATCHES[match], basis=pick.basis)
+
+
+def _shipped_rows(dtype: str) -> list[Row]:
+    if dtype not in _shipped:
+        _shipped[dtype] = records.shipped_rows(dtype=dtype)
+    return _shipped[dtype]
+
+
+def _measured_tables() -> list[dict]:
+    if "measured" not in _shipped:
+        _shipped["measured"] = records.measured_tables()
+    return _shipped["measured"]
+
+
+def prepare() -> None:
+    """Read now what every process's first lookups read: the shipped rows and measured tables, and
+    the kernel sources' hashes (autotune.call.front.prepare)."""
+    for dtype in DTYPES:
+        _shipped_rows(dtype)
+    _measured_tables()
+    kernels.source_hashes()
 
 
 def layout_rank(row: Row, layout: str) -> int | None:

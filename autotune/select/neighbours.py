@@ -1,6 +1,6 @@
 """Configs for shapes nobody tuned, chosen from measurements at the nearest measured shapes.
 
-A measured table (shipped per GPU model as autotune/data/measured/<gpu>.json, made by
+A measured table (shipped per GPU model as autotune/data/measured/<gpu>.json.xz, made by
 studies/table.py, which builds it from the step 25 to 40 studies (docs/performance.md)) holds,
 for each of many training shapes, the speed of every candidate, all timed through the call path on
 one GPU. A candidate is a tile (of the shipped records, of the shape rule, or a skinny variant)

@@ -2,9 +2,10 @@
 
 A call whose chosen kernel is not in the store need not wait for it: any stored kernel built for
 the same dtype, architecture, operand layout, offset width and unaligned rows (another config)
-computes the same product. `stand_ins` finds those, best first; `start` builds the chosen one in
-a child process (`python -m autotune.store.background KEY`), so the caller's GIL stays free, and
-writes it into the store, where the caller reads it once `Build.done()` says so.
+computes the same product, and so does one that ships with mmtune (autotune.store.prebuilt).
+`stand_ins` finds those, best first; `start` builds the chosen one in a child process
+(`python -m autotune.store.background KEY`), so the caller's GIL stays free, and writes it into
+the store, where the caller reads it once `Build.done()` says so.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune.store import cubins
+from autotune.store import cubins, prebuilt
 from autotune.store.cubins import BuildKey, Entry
 from kernels import Config
 from kernels.rules import Arch
@@ -26,6 +27,8 @@ HEADER_BYTES = 1 << 16  # an entry's header is a few hundred bytes; its cubin fo
 #: the parts of an entry's key that a stand-in shares with the kernel it stands in for
 SHARED_PARTS = ("format", "dtype", "layout", "offset_bits", "unaligned", "arguments", "arch", "source",
                 *cubins.TOOLCHAIN_PACKAGES)
+#: those a shipped kernel shares with it: a cubin runs whatever toolchain built it
+SHIPPED_PARTS = tuple(part for part in SHARED_PARTS if part not in cubins.TOOLCHAIN_PACKAGES)
 
 
 @dataclass
@@ -86,18 +89,25 @@ def decode_key(data: dict) -> BuildKey:
 
 def stand_ins(key: BuildKey, shape: tuple[int, int], root: Path | None = None) -> list[Entry]:
     """Stored kernels that compute what `key`'s kernel computes (another config), best first for a
-    C of `shape`: the chosen family's, then by the work their tiles pad C with."""
+    C of `shape`: the chosen family's, then by the work their tiles pad C with. Where the store
+    holds none, the kernels that ship (autotune.store.prebuilt), whatever toolchain built them."""
     wanted = cubins.key_parts(key, root)
-    shared = {part: wanted.get(part) for part in SHARED_PARTS}
     found = []
     for path in sorted((root or cubins.directory()).glob("*.cubin")):
         header = _header(path)
-        if header is None or {part: header["parts"].get(part) for part in SHARED_PARTS} != shared:
+        if header is None or not _shares(header["parts"], wanted, SHARED_PARTS):
             continue
         entry = cubins.read(header["parts"], root)
         if entry is not None:
             found.append(entry)
+    if not found:
+        shipped = prebuilt.entries(key.arch)
+        found = [entry for entry in shipped if _shares(entry.header["parts"], wanted, SHIPPED_PARTS)]
     return sorted(found, key=rank(key.config, shape))
+
+
+def _shares(parts: dict, wanted: dict, names: tuple[str, ...]) -> bool:
+    return all(parts.get(name) == wanted.get(name) for name in names)
 
 
 def rank(chosen: Config, shape: tuple[int, int]):

@@ -2,7 +2,7 @@
 the bench suites.
 
 autotune/data/records/<gpu>.json holds a GPU model's records in the export format (a JSON list
-of cache rows, as `mmtune export` writes); autotune/data/measured/<gpu>.json its measured table
+of cache rows, as `mmtune export` writes); autotune/data/measured/<gpu>.json.xz its measured table
 (autotune.select.neighbours); autotune/data/suites.json names the bench suites. They are read through
 importlib.resources, so an installed wheel finds them just as a checkout does.
 `promote` merges tuned rows into a GPU's records file: the one command that changes them.
@@ -15,6 +15,7 @@ family cannot take) is refused on the way in and reported by `check_file` (`mmtu
 from __future__ import annotations
 
 import json
+import lzma
 import os
 import re
 import sqlite3
@@ -54,8 +55,8 @@ def shipped_rows(device: str | None = None, dtype: str | None = None) -> list[Ro
 
 def measured_tables() -> list[dict]:
     """The shipped measured tables (autotune.select.neighbours), one per GPU model."""
-    return [json.loads(entry.read_text()) for entry in sorted(DATA.joinpath("measured").iterdir(), key=lambda e: e.name)
-            if entry.name.endswith(".json")]
+    tables = sorted(DATA.joinpath("measured").iterdir(), key=lambda entry: entry.name)
+    return [json.loads(lzma.decompress(entry.read_bytes())) for entry in tables if entry.name.endswith(".json.xz")]
 
 
 #: how closely the GPU a row or table was measured on matches this one, best first (gpu_rank);

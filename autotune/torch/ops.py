@@ -43,6 +43,10 @@ def disabled() -> bool:
     return os.environ.get(DISABLE_ENV, "") not in ("", "0")
 
 
+if not disabled():
+    front.prepare()
+
+
 def matmul(A: torch.Tensor, B: torch.Tensor, bias: torch.Tensor | None = None,
            precision: str | None = None) -> torch.Tensor:
     """A @ B (+ bias) through mmtune, differentiable and traceable. A: (..., M, K), its leading
