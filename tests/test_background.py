@@ -183,7 +183,6 @@ def test_a_failed_build_keeps_the_stand_in_and_says_so_once(driver):
     assert driver.launched == ["register-kernel"] * 3 and len(driver.builds) == 1
 
 
-
 def test_a_stand_in_the_driver_cannot_load_gives_way_to_the_chosen_kernel(driver, monkeypatch):
     """A shipped cubin an older driver refuses (autotune.store.prebuilt): the call compiles instead."""
     A, B, C = driver.operands
