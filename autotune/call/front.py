@@ -266,7 +266,9 @@ def _plan(device: launch.GpuContext, gpu: backends.Device, problem: Problem, opt
         try:
             return entry_plan(device, served.entry, problem.shape, problem.dtype, problem.layout), served
         except LaunchError as error:  # a shipped kernel this driver cannot load: the call waits instead
-            warnings.warn(f"mmtune: a stand-in kernel does not load ({error}); compiling", stacklevel=4)
+            warnings.warn(f"mmtune: a stand-in kernel does not load ({error}); waiting for the chosen one",
+                          stacklevel=4)
+            served.building.wait()  # its build writes the store, which find_entry then reads
             served = find_entry(gpu, problem, deterministic, wait=True)
     rest = peeled_rows(problem.m, served.config.params, problem.layout)
     if not rest:
