@@ -6,8 +6,9 @@ records a family gives the tuner) is kernels.contract; both are imported from he
 from __future__ import annotations
 
 import functools
+import inspect
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numba
@@ -128,7 +129,9 @@ class Kernel:
 
     The Python function computes C = A @ B for C-contiguous 2-D arrays of `dtype`, A and B passed
     as `layout` says (see LAYOUTS); one block covers a `tile` = (rows, cols) of C with `block`
-    threads, the tiles along grid x (tile_origin).
+    threads, the tiles along grid x (tile_origin). It takes a fourth argument, `bias=None`: a
+    build `with_bias` passes a vector of C's N columns that its epilogue adds to every row; in a
+    build without, the argument is omitted and the code is as if it were not there.
     """
 
     family: str
@@ -151,12 +154,30 @@ class Kernel:
     unaligned: str = ""
     #: bytes of dynamic shared memory each launch passes (above 48 KB the kernel must opt in)
     dynamic_shared: int = 0
+    #: whether the kernel takes a bias (see above)
+    bias: bool = False
     _dispatcher: object = field(default=None, repr=False)
 
     @property
-    def signature(self) -> str:
-        t = self.dtype
-        return f"void({t}[:, ::1], {t}[:, ::1], {t}[:, ::1])"
+    def takes_bias(self) -> bool:
+        """Whether the kernel function has the fourth argument (a family outside mmtune may not)."""
+        return len(inspect.signature(self.py_func).parameters) > 3
+
+    def with_bias(self) -> "Kernel":
+        """The same kernel taking a bias, which its epilogue adds to every row of C."""
+        if not self.takes_bias:
+            raise ValueError(f"the {self.family} family's kernels take no bias")
+        return replace(self, bias=True, _dispatcher=None)
+
+    @property
+    def signature(self):
+        """A, B and C C-contiguous; the bias contiguous, or omitted (its branches compile away)."""
+        element = numba_type(self.dtype)
+        matrix = numba.types.Array(element, 2, "C")
+        if not self.takes_bias:
+            return numba.types.void(matrix, matrix, matrix)
+        last = numba.types.Array(element, 1, "C") if self.bias else numba.types.Omitted(None)
+        return numba.types.void(matrix, matrix, matrix, last)
 
     @property
     def threads(self) -> int:
@@ -192,22 +213,23 @@ class Kernel:
         return self._dispatcher
 
     def launcher(self, m: int, n: int, stream=0) -> Callable:
-        """f(A, B, C) launching on an M x N output; configure once, call many times."""
+        """f(A, B, C) (a build `with_bias`: f(A, B, C, bias)) launching on an M x N output;
+        configure once, call many times."""
         if m == 0 or n == 0:
             return _nothing
         launch = self.compile()[self.grid(m, n), self.block, stream, self.dynamic_shared]
         if not self.adds:
             return launch
         zero = zero_fill(self.dtype)[-(-m * n // ZERO_BLOCK), ZERO_BLOCK, stream]
-        def zero_then_launch(A, B, C):
+        def zero_then_launch(A, B, C, *bias):
             zero(C)
-            launch(A, B, C)
+            launch(A, B, C, *bias)
 
         return zero_then_launch
 
-    def launch(self, A, B, C, stream=0) -> None:
+    def launch(self, A, B, C, stream=0, bias=None) -> None:
         """Launch on operands the caller checked (autotune.call.operands holds every operand check)."""
-        self.launcher(*C.shape, stream)(A, B, C)
+        self.launcher(*C.shape, stream)(A, B, C, *(() if bias is None else (bias,)))
 
     __call__ = launch
 

@@ -20,7 +20,12 @@ its tuned rows stale. A Family gives
   build           build(config, dtype, layout, offset_bits, unaligned) -> Kernel, for operands
                   in `layout` (LAYOUTS), `offset_bits`-bit element offsets and the operands
                   named in `unaligned` having rows that are not 16-byte aligned (both may be
-                  ignored where the kernel indexes as Numba does); kernels/naive.py is the smallest
+                  ignored where the kernel indexes as Numba does); kernels/naive.py is the smallest.
+                  Its function takes (A, B, C, bias=None): its epilogue adds bias[col] to C's
+                  elements when given (a kernel adding into C adds it from the block whose part
+                  of K starts at 0 only), under `if bias is not None:`, which Numba compiles
+                  away where the argument is omitted (kernels.base.Kernel.with_bias). A function
+                  of (A, B, C) serves products without a bias only
   first_guess     where a cold study tries its default: lower first
   shared_bytes    shared_bytes(config, dtype) -> static shared memory, where it uses some
   precision       "ieee" or "tf32x3" (autotune.space.precision)

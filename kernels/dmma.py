@@ -243,9 +243,10 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
     add_one = reduce_add(1, offset_bits)
 
     @cuda.jit(device=True)
-    def write_back(C, M, N, row0, col0, a_row, c_col, acc):
-        """C's tile from the accumulators (added into C when K is split). A block moved back
-        from C's edge writes from its own tile's first row and column on (as `vector`'s)."""
+    def write_back(C, bias, M, N, row0, col0, a_row, c_col, acc):
+        """C's tile from the accumulators and the bias (added into C when K is split, the bias by
+        the first split). A block moved back from C's edge writes from its own tile's first row
+        and column on (as `vector`'s)."""
         top, left = -(-row0 // BM) * BM, -(-col0 // BN) * BN
         for i in range(FM):
             for v1 in range(HALVES):
@@ -256,12 +257,15 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
                             c = col0 + c_col + j * IN + v0
                             value = acc[(i * FN + j) * C_PER + 2 * v1 + v0]
                             if left <= c < N:
+                                if bias is not None:
+                                    if cuda.blockIdx.y == 0:  # one split adds it
+                                        value += bias[c]
                                 if SPLITS == 1:
                                     store_one(C, (r, c), value)
                                 else:
                                     add_one(C, (r, c), (value,))
 
-    def mma_matmul(A, B, C):
+    def mma_matmul(A, B, C, bias=None):
         if DYNAMIC:
             sA = shared_a()
             sB = shared_b()
@@ -289,7 +293,7 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
         for i in range(ACCUMULATORS):
             acc[i] = elem_t(0)
         multiply_all(A, B, sA, sB, k_begin, k_end, row0, col0, tid, a_row, b_col, k_lane, a_frag, b_frag, acc)
-        write_back(C, M, N, row0, col0, a_row, warp_col + 2 * (lane % 4), acc)
+        write_back(C, bias, M, N, row0, col0, a_row, warp_col + 2 * (lane % 4), acc)
 
     return Kernel(family, dict(config), dtype, mma_matmul, block=(THREADS,), tile=(BM, BN), splits=SPLITS,
                   min_blocks=config["min_blocks"], layout=layout, offset_bits=offset_bits, unaligned=NARROW,

@@ -190,7 +190,7 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
                         acc[r, j] += a_at(A, row0 + min(r, rows - 1), k) * b
             k += 1 if B_T else STEP
 
-    def gemv(A, B, C):
+    def gemv(A, B, C, bias=None):
         acc = cuda.local.array((R, WIDTH), elem_t)
         partial = cuda.shared.array(PARTIAL_SHAPE, elem_t)
         tid = cuda.threadIdx.x
@@ -235,6 +235,9 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
             for t in range(TEAM):
                 total += partial[t, r, c]
             if r < rows and col0 + c < N:
+                if bias is not None:
+                    if cuda.blockIdx.y == 0:  # one split adds it
+                        total += bias[col0 + c]
                 if SPLITS > 1:
                     add(C, (row0 + r, col0 + c), (total,))
                 else:

@@ -37,7 +37,7 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
     A_T, B_T = layout[0] == "T", layout[1] == "T"
     origin, dims = tile_origin(by, bx), product_shape(layout)
 
-    def naive_matmul(A, B, C):
+    def naive_matmul(A, B, C, bias=None):
         M, N, K = dims(A, B)
         row0, col0 = origin(M, N)
         row = row0 + cuda.threadIdx.y
@@ -46,6 +46,8 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
             acc = acc_t(0)
             for i in range(K):
                 acc += (A[i, row] if A_T else A[row, i]) * (B[col, i] if B_T else B[i, col])
+            if bias is not None:
+                acc += bias[col]
             C[row, col] = acc
 
     return Kernel("naive", dict(config), dtype, naive_matmul, block=(bx, by), tile=(by, bx), layout=layout,

@@ -81,7 +81,7 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
                 for j in range(TN):
                     acc[i, j] += a_frag[i] * b_frag[j]
 
-    def register_matmul(A, B, C):
+    def register_matmul(A, B, C, bias=None):
         sA = cuda.shared.array(SA_SHAPE, elem_t)
         sB = cuda.shared.array(SB_SHAPE, elem_t)
         acc = cuda.local.array(ACC_SHAPE, elem_t)
@@ -127,6 +127,8 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
                 for j in range(TN):
                     c = col0 + col_base + j * COL_STEP
                     if c < N:
+                        if bias is not None:
+                            acc[i, j] += bias[c]
                         C[r, c] = acc[i, j]
 
     return Kernel("register", dict(config), dtype, register_matmul, block=(THREADS,), tile=(BM, BN), layout=layout,

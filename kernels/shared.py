@@ -49,7 +49,7 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
     A_T, B_T = layout[0] == "T", layout[1] == "T"
     origin, dims = tile_origin(TPB, TPB), product_shape(layout)
 
-    def shared_matmul(A, B, C):
+    def shared_matmul(A, B, C, bias=None):
         sA = cuda.shared.array(TILE, elem_t)
         sB = cuda.shared.array(TILE, elem_t)
         tx = cuda.threadIdx.x
@@ -76,6 +76,8 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
                 acc += sA[ty, i] * sB[i, tx]
             cuda.syncthreads()
         if row < M and col < N:
+            if bias is not None:
+                acc += bias[col]
             C[row, col] = acc
 
     return Kernel("shared", dict(config), dtype, shared_matmul, block=(TPB, TPB), tile=(TPB, TPB), layout=layout,

@@ -13,17 +13,8 @@ from dataclasses import replace
 
 from numba import cuda
 
-from .base import (
-    DEFAULT_DYNAMIC_SHARED,
-    Family,
-    Kernel,
-    itemsize,
-    numba_type,
-    product_shape,
-    tile_origin,
-    tile_origin_at,
-    unrolled,
-)
+from .base import DEFAULT_DYNAMIC_SHARED, Family, Kernel, itemsize, numba_type, product_shape, unrolled
+from .base import tile_origin, tile_origin_at
 from .intrinsics import (
     SHARED_ALIGNMENT,
     anywhere,
@@ -280,13 +271,23 @@ def make(config: dict, dtype: str, family: str = "vector", layout: str = "NN", o
         write_rows(C, M, N, row0, col0, top, left, inside, wide, row_base, col_base, acc)
 
     @cuda.jit(device=True)
+    def add_bias(bias, N, col0, col_base, acc):
+        """The bias of each accumulator's column inside C, added before write_back."""
+        for h in range(GN):
+            for j in range(VEC):
+                c = col0 + col_base + h * COL_GROUP_STEP + j
+                if c < N:
+                    for t in range(TM):
+                        acc[t, h * VEC + j] += bias[c]
+
+    @cuda.jit(device=True)
     def zero(acc):
         for i in range(TM):
             for j in range(TN):
                 acc[i, j] = elem_t(0)
 
     @cuda.jit(device=True)
-    def stream(A, B, C, M, N, K, sA, sB, tid, row_base, col_base, a_frag, b_frag, acc):
+    def stream(A, B, C, bias, M, N, K, sA, sB, tid, row_base, col_base, a_frag, b_frag, acc):
         """Stream-K: this block's even share of all the tiles' BK-steps, taken in tile order, and
         each tile's part of it added into C."""
         steps = (K + BK - 1) // BK
@@ -302,11 +303,14 @@ def make(config: dict, dtype: str, family: str = "vector", layout: str = "NN", o
             zero(acc)
             multiply_all(A, B, sA, sB, first * BK, min(K, last * BK), row0, col0, tid, row_base, col_base, a_frag,
                          b_frag, acc)
+            if bias is not None:
+                if first == 0:
+                    add_bias(bias, N, col0, col_base, acc)
             write_back(C, M, N, row0, col0, row_base, col_base, acc)
             step += last - first
             cuda.syncthreads()  # everyone is done with the shared tiles the next part refills
 
-    def vector_matmul(A, B, C):
+    def vector_matmul(A, B, C, bias=None):
         if DYNAMIC:
             sA = shared_a()
             sB = shared_b()
@@ -321,7 +325,7 @@ def make(config: dict, dtype: str, family: str = "vector", layout: str = "NN", o
         col_base = (tid % TX) * VEC
         M, N, K = dims(A, B)
         if STREAMED:
-            stream(A, B, C, M, N, K, sA, sB, tid, row_base, col_base, a_frag, b_frag, acc)
+            stream(A, B, C, bias, M, N, K, sA, sB, tid, row_base, col_base, a_frag, b_frag, acc)
             return
         top, left = origin(M, N)
         row0, col0 = edge_origin(top, left, M, N)
@@ -334,7 +338,9 @@ def make(config: dict, dtype: str, family: str = "vector", layout: str = "NN", o
             for j in range(TN):
                 acc[i, j] = elem_t(0)
         multiply_all(A, B, sA, sB, k_begin, k_end, row0, col0, tid, row_base, col_base, a_frag, b_frag, acc)
-
+        if bias is not None:
+            if cuda.blockIdx.y == 0:  # one split adds it
+                add_bias(bias, N, col0, col_base, acc)
         write_back(C, M, N, row0, col0, row_base, col_base, acc)
 
     return Kernel(family, dict(config), dtype, vector_matmul, block=(THREADS,), tile=(BM, BN), splits=SPLITS,

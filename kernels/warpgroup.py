@@ -21,9 +21,10 @@ warpgroups hold their sums while the copying one makes do with few.
 
 Under the simulator, which runs a block's threads as Python threads, each call posts the thread's
 part of A and meets its warpgroup's other threads at a barrier (each of them must call it the same
-number of times); named barriers are counters that release their waiters at `count` arrivals; the warpgroup's product is then computed once, from A as posted and B as the
-descriptor finds it in `words` (wgmma_layout.operand), in float64 and rounded to float32: it
-checks where data goes, not how the tensor cores round.
+number of times); named barriers are counters that release their waiters at `count` arrivals;
+the warpgroup's product is then computed once, from A as posted and B as the descriptor finds it
+in `words` (wgmma_layout.operand), in float64 and rounded to float32: it checks where data goes,
+not how the tensor cores round.
 """
 
 from __future__ import annotations
@@ -95,6 +96,12 @@ def zeros(count: int):
 def add():
     """add(a, b) -> a + b for two float32 tuples of one length, element by element."""
     return _simulated_add if config.ENABLE_CUDASIM else _intrinsic_add()
+
+
+def biases(n: int):
+    """biases(bias, thread, col0) -> bias[col0 + c] for each register of warpgroup `thread`, (r, c)
+    = wgmma_layout.accumulator, 0 past the bias's end: the epilogue adds them to the sums."""
+    return _simulated_biases(n) if config.ENABLE_CUDASIM else _intrinsic_biases(n)
 
 
 def pin():
@@ -182,6 +189,12 @@ def _simulated_multiply(n: int):
             return tuple((before + mine).astype(np.float32))
 
     return multiply
+
+
+def _simulated_biases(n: int):
+    registers = np.arange(n // 2)
+    return lambda bias, thread, col0: tuple(
+        np.float32(bias[c] if c < bias.shape[0] else 0) for c in col0 + layout.accumulator(thread, registers)[1])
 
 
 def _simulated_store(n: int, adds: bool):
@@ -280,6 +293,34 @@ def _intrinsic_add():
         return a(a, b), codegen
 
     return add
+
+
+def _intrinsic_biases(n: int):
+    from numba import types
+    from numba.cuda import cgutils
+    from numba.cuda.extending import intrinsic
+
+    result = types.UniTuple(types.float32, n // 2)
+
+    @intrinsic
+    def biases(typingctx, bias, thread, col0):
+        if not (isinstance(bias, types.Array) and bias.ndim == 1 and bias.dtype == types.float32):
+            return None
+
+        def codegen(context, builder, sig, args):
+            data = context.make_array(sig.args[0])(context, builder, value=args[0])
+            t, c0 = (context.cast(builder, args[i], sig.args[i], types.int64) for i in (1, 2))
+            first_col, values = builder.add(c0, builder.shl(builder.and_(t, t.type(3)), t.type(1))), []
+            for i in range(n // 2):
+                col = builder.add(first_col, t.type(8 * (i >> 2) + (i & 1)))
+                inside = builder.icmp_signed("<", col, cgutils.unpack_tuple(builder, data.shape)[0])
+                value = builder.load(builder.gep(data.data, [builder.select(inside, col, t.type(0))], inbounds=True))
+                values.append(builder.select(inside, value, value.type(0.0)))
+            return context.make_tuple(builder, result, values)
+
+        return result(bias, thread, col0), codegen
+
+    return biases
 
 
 def _intrinsic_pin():

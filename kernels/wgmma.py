@@ -44,16 +44,8 @@ from numba import cuda, float32
 from . import warpgroup
 from . import wgmma_layout as wl
 from .base import DeviceLimits, Family, Footprint, Kernel, Schedules, product_shape, tile_origin
-from .intrinsics import (
-    ASYNC_COPY_NEEDS,
-    async_commit,
-    async_wait,
-    dynamic_shared_array,
-    rows_aligned,
-    scalar_access,
-    vector_load,
-    vector_store,
-)
+from .intrinsics import ASYNC_COPY_NEEDS, async_commit, async_wait, dynamic_shared_array, rows_aligned
+from .intrinsics import scalar_access, vector_load, vector_store
 from .rules import Arch
 from .tiles import OVERHEAD_REGISTERS
 from .warp_mma import split_tf32
@@ -162,7 +154,7 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
     zeros, add, pin = warpgroup.zeros(BN // 2), warpgroup.add(), warpgroup.pin()
     fence, commit, wait, proxy_fence = warpgroup.fence(), warpgroup.commit(), warpgroup.wait(), warpgroup.proxy_fence()
     commit_copies, wait_copies = async_commit(), async_wait(STAGES - 2)
-    store = warpgroup.store_sums(BN, offset_bits, SPLITS > 1)
+    store, biases = warpgroup.store_sums(BN, offset_bits, SPLITS > 1), warpgroup.biases(BN)
     descriptor = warpgroup.descriptor
     origin, dims = tile_origin(BM, BN), product_shape(layout)
     SPLIT_TASKS = BN * 8 // WORKERS  # 16-byte words of B's split tile per thread
@@ -310,7 +302,7 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
             total = add(total, d)
         return total
 
-    def wgmma_roles(A, B, C):
+    def wgmma_roles(A, B, C, bias=None):
         words = shared()
         tid = cuda.threadIdx.x
         pad = ((-address(words)) & (wl.TILE_ALIGN - 1)) >> 2  # words to the first aligned one
@@ -324,9 +316,12 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
             more()
             me = tid - wl.THREADS
             total = consume(words, pad + RAW0, address(words) + 4 * pad, tiles, me)
+            if bias is not None:
+                if cuda.blockIdx.y == 0:  # one split adds it
+                    total = add(total, biases(bias, me & (wl.THREADS - 1), col0))
             store(C, total, me & (wl.THREADS - 1), row0 + wl.ROWS * (me >> 7), col0)
 
-    def wgmma_matmul(A, B, C):
+    def wgmma_matmul(A, B, C, bias=None):
         words = shared()
         tid = cuda.threadIdx.x
         pad = ((-address(words)) & (wl.TILE_ALIGN - 1)) >> 2  # words to the first aligned one
@@ -371,6 +366,9 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
             total = add(total, d)
             big, small = next_big, next_small
             cuda.syncthreads()
+        if bias is not None:
+            if cuda.blockIdx.y == 0:  # one split adds it
+                total = add(total, biases(bias, tid & (wl.THREADS - 1), col0))
         store(C, total, tid & (wl.THREADS - 1), row0 + wl.ROWS * (tid >> 7), col0)
 
     body = wgmma_roles if config["producer"] else wgmma_matmul

@@ -101,6 +101,13 @@ STEP39_HASHES = {"dmma": "76cd1f097b077356", "tf32x3": "5b9d3af671d86edb", "vect
 #: same sm_90 PTX for every shipped wgmma row (studies/ptx_same.py)
 STEP43_HASHES = {"wgmma": "c80c3d083a86b7ce"}
 
+#: every family's source hash after step 45 gave the kernels a bias, omitted by default: the same
+#: sm_90 PTX for every shipped record (studies/ptx_same.py)
+STEP45_HASHES = {"wgmma": "c43413822251788d", "dmma": "6a8ed525d0516fdb", "tf32x3": "691cf9ade0526138",
+                 "vector": "abb96c882b71735b", "splitk": "a442adfb92bd043d", "register": "cf77fcbacf092de1",
+                 "streamk": "cf27d3ac6d20223b", "shared": "49fd31de069f0440", "naive": "60ac60522e8f4f00",
+                 "gemv": "f1f15da7ff85553a"}
+
 SHIPPED = {
     "measured/nvidia-h200.json.xz": [
         {"step": "table", "commit": "9494194",
@@ -127,6 +134,9 @@ SHIPPED = {
          "what": "step 43: the wgmma tiles with a producer warpgroup (producer=1; its 64-row tiles are infeasible), "
                  "whole and split to fill waves, at every shape, each anchored by its best earlier candidate",
          "parts": ["h200/step43/table/extend-wgmma-0of1.json.xz"]},
+        {"step": "relabel", "commit": "step 45 (issue 40)", "field": "wgmma_kernels", "hashes": STEP45_HASHES,
+         "what": "step 45: every family's kernels take a bias, omitted by default, which compiles to the code they "
+                 "were measured on"},
     ],
     "records/nvidia-h200.json": [
         {"step": "promote", "commit": "9494194", "file": "h200/step25/retimed.json.xz",
@@ -180,6 +190,9 @@ SHIPPED = {
         {"step": "promote", "commit": "step 43 (issue 39)", "file": "h200/step43/variant-rows.json.xz",
          "what": "step 43: every wgmma record timed with a producer warpgroup next to its own config "
                  "(studies/variant_rows.py); all 16 faster"},
+        {"step": "relabel", "commit": "step 45 (issue 40)", "hashes": STEP45_HASHES,
+         "what": "step 45: every family's kernels take a bias, omitted by default: the same sm_90 PTX for all 51 "
+                 "records (studies/ptx_same.py)"},
     ],
     "records/nvidia-h100-80gb-hbm3.json": [
         {"step": "promote", "commit": "step 39 (issue 39)", "file": "h100/step39/tune/tuned.json",
@@ -200,6 +213,9 @@ SHIPPED = {
         {"step": "promote", "commit": "step 43 (issue 39)", "file": "h100/step43/variant-rows.json.xz",
          "what": "step 43: every wgmma record timed with a producer warpgroup next to its own config "
                  "(studies/variant_rows.py); all 21 faster"},
+        {"step": "relabel", "commit": "step 45 (issue 40)", "hashes": STEP45_HASHES,
+         "what": "step 45: every family's kernels take a bias, omitted by default: the same sm_90 PTX for all 26 "
+                 "records (studies/ptx_same.py)"},
     ],
 }
 

@@ -4,11 +4,13 @@ switching to the chosen kernel (autotune.call.front, with fake operands and laun
 needs a GPU, tests/test_gpu_calls.py)."""
 
 import types
+from dataclasses import replace
 
 import pytest
 
 import autotune
 from autotune.call import front, launch
+from autotune.errors import OperandError
 from autotune.store import background, cubins
 from kernels import Config
 from kernels.rules import Arch
@@ -37,11 +39,12 @@ def test_a_kernel_builds_in_a_child_process_and_stands_in_for_other_configs(root
     other = key_of(Config.of("register", {"bm": 64, "bn": 64, "bk": 8, "tm": 4, "tn": 4}))
     assert [found.key for found in background.stand_ins(other, (96, 80))] == [entry.key]
     assert background.config_of(entry) == NAIVE
-    for product in (key_of(NAIVE, layout="NT"), key_of(NAIVE, shape=(96, 80, 66))):  # another layout, unaligned rows
+    # another layout, unaligned rows, a bias
+    for product in (key_of(NAIVE, layout="NT"), key_of(NAIVE, shape=(96, 80, 66)), replace(key_of(NAIVE), bias=True)):
         found = background.stand_ins(product, (96, 80))
         assert entry.key not in [e.key for e in found]  # computes another product: only the shipped kernel stands in
-        assert [(e.header["parts"]["layout"], e.header["parts"]["unaligned"]) for e in found] == [
-            (product.layout, product.unaligned)]
+        assert [(e.header["parts"]["layout"], e.header["parts"]["unaligned"], e.bias) for e in found] == [
+            (product.layout, product.unaligned, product.bias)]
     (root / "junk.cubin").write_bytes(b"not an entry")
     assert len(background.stand_ins(other, (96, 80))) == 1
 
@@ -113,7 +116,7 @@ def driver(monkeypatch):
 
     monkeypatch.setattr(background, "start", start)
     monkeypatch.setattr(front, "entry_plan", lambda device, entry, shape, dtype, layout="NN": types.SimpleNamespace(
-        launch=lambda a, b, c, stream: state.launched.append(entry.key)))
+        launch=lambda a, b, c, stream, bias: state.launched.append(entry.key + " with a bias" * bool(bias))))
     monkeypatch.setattr(front, "peeled_rows", lambda m, params, layout: 0)
     monkeypatch.delenv(front.WAIT_ENV, raising=False)
     state.operands = (FakeTensor((96, 64), device=0, pointer=1), FakeTensor((64, 80), device=0, pointer=2),
@@ -144,6 +147,22 @@ def test_a_first_call_is_served_by_a_stand_in_then_switches_to_the_chosen_kernel
     front.matmul(A, B, out=C)
     front.matmul(A, B, out=C)
     assert driver.launched[2:] == ["register-kernel", "vector-kernel", "vector-kernel"]
+
+
+def test_a_call_with_a_bias_is_served_by_kernels_built_with_one(driver):
+    """The bias rides on the plan's launch; the build (and the store key) is the chosen config's with
+    a bias, which its stand-ins share (stand_ins filters on the key)."""
+    from test_launch import FakeTensor
+
+    A, B, C = driver.operands
+    bias = FakeTensor((80,), device=0, pointer=4)
+    driver.stand_ins = [_entry(Config.of("register", {"bm": 64}))]
+    front.matmul(A, B, out=C, bias=bias)
+    front.matmul(A, B, out=C)
+    assert driver.launched == ["register-kernel with a bias", "register-kernel"]
+    assert [build.key.bias for build in driver.builds] == [True, False]
+    with pytest.raises(OperandError, match=r"bias must have shape \(80,\)"):
+        front.matmul(A, B, out=C, bias=FakeTensor((96,), device=0, pointer=4))
 
 
 def test_with_nothing_to_stand_in_the_call_builds_as_before(driver):

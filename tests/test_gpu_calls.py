@@ -324,11 +324,14 @@ def test_a_first_call_takes_a_stored_stand_in_then_switches_to_the_chosen_kernel
     assert switched.family == chosen.family and switched.pending is None
 
 
-@pytest.mark.parametrize("dtype, layout, shape", [("float32", "NT", (300, 100, 200)),
-                                                   ("float64", "TN", (257, 99, 131))])
-def test_a_first_call_with_an_empty_store_takes_the_kernel_that_ships(dtype, layout, shape, rng, monkeypatch):
+@pytest.mark.parametrize("dtype, layout, shape, with_bias", [("float32", "NT", (300, 100, 200), True),
+                                                              ("float64", "TN", (257, 99, 131), False),
+                                                              ("float64", "NN", (257, 99, 131), True)])
+def test_a_first_call_with_an_empty_store_takes_the_kernel_that_ships(dtype, layout, shape, with_bias, rng,
+                                                                      monkeypatch):
     """A fresh install (autotune.store.prebuilt): the first call runs the shipped kernel of its kind
-    while the chosen one builds, then switches; both exact. Where none ships for this GPU, it waits."""
+    (with a bias: built with one) while the chosen one builds, then switches; both exact. Where none
+    ships for this GPU, it waits."""
     gpu = front._identity(launch.device(0))
     shipped = prebuilt.entries(Arch.of(gpu.cc).native)
     monkeypatch.delenv(front.WAIT_ENV)
@@ -336,13 +339,21 @@ def test_a_first_call_with_an_empty_store_takes_the_kernel_that_ships(dtype, lay
     A, B, tA, tB = operands(m, n, k, dtype, rng)
     a = tA if layout[0] == "N" else tA.T.contiguous().T
     b = tB if layout[1] == "N" else tB.T.contiguous().T
-    assert_exact(front.matmul(a, b), A, B, dtype)
+    bias = rng.uniform(-4, 4, n).astype(dtype) if with_bias else np.zeros(n, dtype)
+    t_bias = torch.from_numpy(bias).cuda() if with_bias else None
+
+    def assert_right(C):
+        error = relative_error(C.cpu().numpy(), reference(A, B) + bias)
+        assert error <= error_bound(dtype, k), error
+
+    assert_right(front.matmul(a, b, bias=t_bias))
     call = next(iter(MEMOS.table("call.plans").values()))
     if not shipped:
         assert call.pending is None
         return
     assert Config.of(call.family, call.config) == prebuilt.STAND_INS[dtype] and call.pending is not None
+    assert call.pending.build.key.bias == with_bias
     call.pending.build.wait()
-    assert_exact(front.matmul(a, b), A, B, dtype)
+    assert_right(front.matmul(a, b, bias=t_bias))
     switched = next(iter(MEMOS.table("call.plans").values()))
     assert switched.pending is None and Config.of(switched.family, switched.config) == call.pending.build.key.config

@@ -4,6 +4,8 @@ One file for the simulator and a GPU (MMTUNE_TEST_GPU=1): the simulator gets sma
 tiles, a GPU the families' defaults and shapes that leave partial tiles at every edge.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 from conftest import ON_GPU
@@ -194,6 +196,39 @@ def test_transposed_layouts_match_reference(family, config, layout, rng):
         out = run_layout(kernel, A, B)
         assert np.all(np.isfinite(out)), "unwritten (poisoned) elements remain"
         assert relative_error(out, reference(A, B)) <= error_bound(dtype, k)
+
+
+#: per family, a shape with partial tiles at every edge and, for the configs that split K, a split
+#: left empty (gemv: K = 1 in 2 splits; splitk: K = 19 in 4 splits of 8)
+BIAS_SHAPES = {"gemv": (3, 13, 1), "wgmma": (17, 23, 19)}
+
+
+@pytest.mark.parametrize("family,config", CASES)
+def test_every_config_adds_a_bias_once_in_its_epilogue(family, config, rng):
+    """A build `with_bias` adds the bias to every row of C, once: by the block whose part of K
+    starts at 0 where blocks add into C (split-K, stream-K), whose other splits, empty or not, add
+    none. The bias is of the products' size, so one left out or added twice fails the bound."""
+    dtype = dtype_of(family)
+    m, n, k = (513, 1021, 769) if ON_GPU else BIAS_SHAPES.get(family, (17, 23, 19))
+    kernel = kernels.build_for(family, config, dtype, (m, n, k), "NT").with_bias()
+    A, B = random_inputs(m, n, k, dtype, rng)
+    bias = (rng.uniform(-1, 1, n) * np.sqrt(k)).astype(dtype)
+    C = cuda.to_device(np.full((m, n), poison_value(dtype), dtype=A.dtype))
+    kernel(cuda.to_device(A), cuda.to_device(np.ascontiguousarray(B.T)), C, bias=cuda.to_device(bias))
+    out = C.copy_to_host()
+    assert np.all(np.isfinite(out)), "unwritten (poisoned) elements remain"
+    assert relative_error(out, reference(A, B) + bias) <= error_bound(dtype, k)
+
+
+def test_a_family_whose_kernels_take_no_bias_says_so():
+    """A family outside mmtune may define kernels of three arguments: a build of theirs with a bias
+    is refused by name, and without one it compiles as before (no fourth argument)."""
+    kernel = kernels.build("naive", CONFIGS["naive"][0], "float32")
+    three = dataclasses.replace(kernel, family="outside", py_func=lambda A, B, C: None)
+    assert not three.takes_bias and len(three.signature.args) == 3
+    with pytest.raises(ValueError, match="outside family's kernels take no bias"):
+        three.with_bias()
+    assert kernel.takes_bias and len(kernel.with_bias().signature.args) == 4
 
 
 DEEP = {"bm": 64, "bn": 64, "bk": 32, "tm": 4, "tn": 4, "pad": 4, "stages": 4, "min_blocks": 1, **ASYNC}

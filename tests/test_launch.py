@@ -17,7 +17,7 @@ import autotune
 import kernels
 from autotune.call import front
 from autotune.call import launch
-from autotune.call.operands import Operand, check_product, kind_of, read_cai, read_dlpack, read_torch
+from autotune.call.operands import Operand, check_bias, check_product, kind_of, read_cai, read_dlpack, read_torch
 from autotune.errors import OperandError, CaptureError
 
 CHILD = """
@@ -33,6 +33,7 @@ for family in sys.argv[1:]:
     dtype = "float64" if family == "dmma" else "float32"
     kernel = kernels.build(family, kernels.family(family).default, dtype)
     out["params"][family] = cubins.entry_parameters(ptx(kernel))[1]
+    out["params"][family + " with a bias"] = cubins.entry_parameters(ptx(kernel.with_bias()))[1]
 
 # Numba's own flattening of one float32[:, ::1] argument, with the device array faked
 class Layout:
@@ -44,6 +45,13 @@ args = []
 holder = type("K", (), {"extensions": []})()
 dispatcher._Kernel._prepare_args(holder, types.Array(types.float32, 2, "C"), None, 0, [], args)
 out["numba_words"] = [getattr(a, "value", a) or 0 for a in args]
+class Layout:
+    strides_in_bytes, is_contiguous_c, is_contiguous_f = (4,), True, True
+class Fake:
+    size, ndim, shape, dtype, ptr, _layout = 5, 1, (5,), np.dtype(np.float32), 0xABC0, Layout()
+args = []
+dispatcher._Kernel._prepare_args(holder, types.Array(types.float32, 1, "C"), None, 0, [], args)
+out["numba_bias_words"] = [getattr(a, "value", a) or 0 for a in args]
 print(json.dumps(out))
 """
 
@@ -62,11 +70,15 @@ def test_argument_words_match_the_compiled_kernels_and_numbas_flattening(familie
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout)
     words, slots = launch.pack_arguments([(3, 4), (4, 5), (3, 5)], 4)
+    biased = launch.pack_arguments([(3, 4), (4, 5), (3, 5), (5,)], 4)[0]
     for family, params in out["params"].items():
-        assert params == [".u64"] * len(words), family
+        assert params == [".u64"] * len(biased if family.endswith("with a bias") else words), family
     expected = launch.array_words((3, 5), 4)
     expected[launch.DATA_WORD] = 0xABC0
     assert out["numba_words"] == expected
+    expected = launch.array_words((5,), 4)
+    expected[launch.DATA_WORD] = 0xABC0
+    assert out["numba_bias_words"] == expected == [0, 0, 5, 4, 0xABC0, 5, 4]
     assert slots == [4, 13, 22]
     assert words[9:18] == [0, 0, 20, 4, 0, 4, 5, 20, 4]  # B: 4x5 float32
 
@@ -74,11 +86,11 @@ def test_argument_words_match_the_compiled_kernels_and_numbas_flattening(familie
 class FakeDriver:
     """Records launches: the words the kernel would receive, read through kernelParams."""
 
-    def __init__(self):
-        self.launches, self.memsets = [], []
+    def __init__(self, words: int = 27):
+        self.launches, self.memsets, self.count = [], [], words
 
     def cuLaunchKernel(self, kernel, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-        pointers = (ctypes.c_void_p * 27).from_address(params)
+        pointers = (ctypes.c_void_p * self.count).from_address(params)
         words = [ctypes.c_uint64.from_address(p).value for p in pointers]
         self.launches.append(dict(grid=(gx, gy, gz), block=(bx, by, bz), stream=stream, words=words,
                                   thread=threading.get_ident()))
@@ -148,6 +160,23 @@ def test_a_plan_writes_only_pointers_and_stream_per_call(monkeypatch):
     assert [w for i, w in enumerate(second["words"]) if i not in plan.slots] == [
         w for i, w in enumerate(plan.words) if i not in plan.slots]
     assert driver.memsets == [(0x3000, 0, 300, 7), (0x6000, 0, 300, 0)]  # split-K zeroes C first
+
+
+def test_a_plan_with_a_bias_passes_its_pointer_after_c(monkeypatch):
+    """A kernel built with a bias takes a fourth array (7 words: 1-D) whose pointer each call sets;
+    a kernel adding into C still has C zeroed first (its first split adds the bias)."""
+    driver = FakeDriver(words=34)
+    monkeypatch.setattr(launch, "driver", driver)
+    dev = types.SimpleNamespace(enter=lambda: None, leave=lambda previous: None, ordinal=0)
+    loaded = launch.LoadedKernel(library=None, kernel="k", dynamic_shared=0)
+    words, slots = launch.pack_arguments([(30, 20), (20, 10), (30, 10), (10,)], 4)
+    assert slots == [4, 13, 22, 31] and words[27:] == [0, 0, 10, 4, 0, 10, 4]
+    plan = launch.Plan(loaded, dev, launch.Blocks(launch.grid_for(30, 10, (16, 8), 2), (64,), 300), words, slots)
+    plan.launch(0x1000, 0x2000, 0x3000, 7, 0x4000)
+    plan.launch(0x5000, 0x6000, 0x7000, 7, 0x8000)
+    assert [[launched["words"][i] for i in slots] for launched in driver.launches] == [
+        [0x1000, 0x2000, 0x3000, 0x4000], [0x5000, 0x6000, 0x7000, 0x8000]]
+    assert driver.memsets == [(0x3000, 0, 300, 7), (0x7000, 0, 300, 7)]
 
 
 def test_threads_get_their_own_argument_buffers(monkeypatch):
@@ -239,16 +268,25 @@ def test_the_call_path_launches_on_the_callers_stream(monkeypatch):
     the tensors' device, or the explicit stream."""
     fake_modules(monkeypatch)
     launched = []
-    plan = types.SimpleNamespace(launch=lambda a, b, c, s: launched.append((a, b, c, s)))
+    plan = types.SimpleNamespace(launch=lambda a, b, c, s, bias: launched.append((a, b, c, s, bias)))
     A, B, C = FakeTensor((3, 4), device=1, pointer=1), FakeTensor((4, 5), device=1, pointer=2), FakeTensor((3, 5), device=1, pointer=3)
-    monkeypatch.setattr(front, "_build", lambda key, kind, a, b, options: front.CallPlan(
-        kind=kind, m=3, n=5, dtype="float32", layout="NN", out_key=((3, 5), None, "torch.float32", 1), plan=plan,
-        family="naive", config={}))
+    built = []
+
+    def build(key, kind, operands, options):
+        built.append(options.bias)
+        call = front._plans[key] = front.CallPlan(kind=kind, m=3, n=5, dtype="float32", layout="NN",
+                                                  out_key=((3, 5), None, "torch.float32", 1), plan=plan,
+                                                  family="naive", config={})
+        return call
+
+    monkeypatch.setattr(front, "_build", build)
     autotune.clear()
     monkeypatch.setattr(front, "backend", lambda: "driver")
     assert front.matmul(A, B, out=C) is C
     front.matmul(A, B, out=C, stream=types.SimpleNamespace(cuda_stream=77))
-    assert launched == [(1, 2, 3, 1001), (1, 2, 3, 77)]
+    front.matmul(A, B, out=C, bias=FakeTensor((5,), device=1, pointer=4))
+    assert launched == [(1, 2, 3, 1001, 0), (1, 2, 3, 77, 0), (1, 2, 3, 1001, 4)]
+    assert built == [False, True]  # a bias makes a plan of its own
     with pytest.raises(OperandError, match="out must be a 3x5 device array of float32"):
         front.matmul(A, B, out=FakeTensor((5, 3), device=1))
     with pytest.raises(OperandError, match="C is not C-contiguous"):
@@ -290,6 +328,21 @@ def op(shape, dtype="float32", device=0, strides=None):
 def test_operand_checks_refuse_with_one_line(A, B, C, message):
     with pytest.raises(OperandError, match=message):
         check_product(A, B, C)
+
+
+@pytest.mark.parametrize("bias,message", [
+    (op((4,)), r"bias must have shape \(5,\), one value per column of C; got \(4,\)"),
+    (op((1, 5)), r"bias must have shape \(5,\)"),
+    (op((5,), "float64"), "bias has dtype float64, A and B float32"),
+    (op((5,), strides=(8,)), r"bias has strides \(8,\); pass a contiguous bias"),
+    (op((5,), device=1), "bias is on cuda:1 and A on cuda:0"),
+    (op((5,), device=-1), "bias is on the host and A on cuda:0"),
+])
+def test_bias_checks_refuse_with_one_line(bias, message):
+    with pytest.raises(OperandError, match=message):
+        check_bias(bias, 5, "float32", 0)
+    check_bias(op((5,)), 5, "float32", 0)
+    check_bias(op((1,), strides=(8,)), 1, "float32", 0)  # a stride along one element never matters
 
 
 def test_graph_capture_without_a_plan_is_an_error(monkeypatch):

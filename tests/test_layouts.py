@@ -103,9 +103,9 @@ def test_memory_shapes_are_the_stored_arrays():
 def test_a_plan_packs_the_memory_shapes_and_builds_for_the_layout_and_offsets(monkeypatch):
     asked = []
     entry = types.SimpleNamespace(key="k", cubin=b"", name="f", dynamic_shared=64 * 1024, tile=(64, 16), splits=1,
-                                  workers_per_sm=0, adds=False, block=(128,))
+                                  workers_per_sm=0, adds=False, block=(128,), bias=False)
 
-    def find_entry(gpu, problem, deterministic=False, wait=True):
+    def find_entry(gpu, problem, deterministic=False, wait=True, bias=False):
         asked.append((*problem.shape, problem.dtype, problem.layout))
         return front.Served(Config.of("vector", {}), entry)
 
@@ -138,16 +138,17 @@ def test_a_few_rows_past_whole_tile_rows_are_peeled_where_their_tile_row_is_a_la
 
 def test_a_peeled_plan_launches_the_first_rows_then_the_rest_on_their_rows_of_a_and_c(monkeypatch):
     entries = {257: types.SimpleNamespace(key="main", cubin=b"", name="f", dynamic_shared=0, tile=(64, 128), splits=1,
-                                          workers_per_sm=0, adds=False, block=(128,)),
+                                          workers_per_sm=0, adds=False, block=(128,), bias=False),
                1: types.SimpleNamespace(key="rest", cubin=b"", name="g", dynamic_shared=0, tile=(16, 128), splits=16,
-                                        workers_per_sm=0, adds=True, block=(64,))}
+                                        workers_per_sm=0, adds=True, block=(64,), bias=False)}
     configs = {257: Config.of("vector", {"bm": 64}), 1: Config.of("splitk", {"bm": 16, "splits": 16})}
-    monkeypatch.setattr(front, "find_entry", lambda gpu, problem, deterministic=False, wait=True: front.Served(
-        configs[problem.m], entries[problem.m]))
+    monkeypatch.setattr(front, "find_entry", lambda gpu, problem, deterministic=False, wait=True, bias=False:
+                        front.Served(configs[problem.m], entries[problem.m]))
     memos.clear()
     monkeypatch.setattr(launch, "load", lambda cubin, name, shared: launch.LoadedKernel(None, name, shared))
     launched = []
-    monkeypatch.setattr(launch.Plan, "launch", lambda plan, a, b, c, stream: launched.append((plan.kernel, a, b, c, stream)))
+    monkeypatch.setattr(launch.Plan, "launch",
+                        lambda plan, a, b, c, stream, bias=0: launched.append((plan.kernel, a, b, c, stream)))
     device = types.SimpleNamespace(enter=lambda: None, leave=lambda previous: None, ordinal=0)
     m, n, k = 257, 5003, 1031
     plan, served = front._plan(device, None, Problem(H100, "float32", m, n, k), front.CallOptions())

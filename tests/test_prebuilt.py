@@ -1,6 +1,8 @@
 """The kernels that ship as stand-ins (autotune.store.prebuilt): current, complete, and found by a
 first call whose store is empty, on the GPUs they were built for alone."""
 
+from dataclasses import replace
+
 import pytest
 
 from autotune.store import background, cubins, prebuilt
@@ -25,12 +27,13 @@ def test_the_shipped_kernels_are_built_from_these_sources_for_every_kind_of_prod
     stale = sorted({entry.header["parts"]["source"] for entry in shipped} - {current})
     assert not stale, f"the kernels shipped for {arch.sm} were built from other kernel sources ({stale}, now " \
                       f"{current}): run python -m autotune.store.prebuilt"
-    found = sorted((p["dtype"], p["layout"], p["unaligned"], p["offset_bits"], p["arch"], p["family"], p["config"])
-                   for p in (entry.header["parts"] for entry in shipped))
+    found = sorted((p["dtype"], p["layout"], p["unaligned"], p["offset_bits"], p["arch"], p["family"], p["config"],
+                    "bias" in p["arguments"]) for p in (entry.header["parts"] for entry in shipped))
     wanted = sorted((key.dtype, key.layout, key.unaligned, key.offset_bits, key.arch.sm, key.config.family,
-                     key.config.params_json) for key in prebuilt.keys(arch))
+                     key.config.params_json, key.bias) for key in prebuilt.keys(arch))
     assert found == wanted
-    assert len(wanted) == 2 * (3 * 2**2 + 2**3)  # per dtype: NN, NT and TN have two row lengths, TT three
+    # per dtype: NN, NT and TN have two row lengths, TT three; NN and NT with a bias too
+    assert len(wanted) == 2 * (3 * 2**2 + 2**3 + 2 * 2**2)
 
 
 def test_a_first_call_with_an_empty_store_takes_the_shipped_kernel_of_its_kind(empty_store):
@@ -43,6 +46,11 @@ def test_a_first_call_with_an_empty_store_takes_the_shipped_kernel_of_its_kind(e
     double = cubins.BuildKey.of(WGMMA, "float64", (64, 64, 63), "TN", Arch(9, 0))
     assert [background.config_of(entry) for entry in background.stand_ins(double, (64, 64))] == [
         prebuilt.STAND_INS["float64"]]
+    for dtype, layout in (("float32", "NT"), ("float64", "NN")):  # nn.Linear's x @ W.T + b; A @ B + b
+        biased = replace(cubins.BuildKey.of(WGMMA, dtype, (100, 96, 64), layout, Arch(9, 0)), bias=True)
+        assert [entry.bias for entry in background.stand_ins(biased, (100, 96))] == [True]
+    biased = replace(cubins.BuildKey.of(WGMMA, "float32", (100, 96, 64), "TN", Arch(9, 0)), bias=True)
+    assert background.stand_ins(biased, (100, 96)) == []  # none ships: its first call waits for the build
     assert background.stand_ins(cubins.BuildKey.of(WGMMA, "float32", (64, 64, 64), "NN", Arch(8, 0)), (64, 64)) == []
     assert background.stand_ins(cubins.BuildKey.of(WGMMA, "int32", (64, 64, 64), "NN", Arch(9, 0)), (64, 64)) == []
 

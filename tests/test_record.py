@@ -68,6 +68,22 @@ def test_both_layouts_are_counted_and_a_second_run_adds_up(tmp_path, rng):
 
 
 @on_cpu
+def test_products_with_a_bias_are_recorded_apart_and_older_files_read_as_without(tmp_path, rng):
+    from numba import cuda
+
+    path = tmp_path / "calls.json"
+    A, B = rng.random((5, 7), dtype=np.float32), rng.random((7, 6), dtype=np.float32)
+    dA, dB, bias = cuda.to_device(A), cuda.to_device(B), cuda.to_device(rng.random(6, dtype=np.float32))
+    with autotune.record(path):
+        autotune.matmul(dA, dB, bias=bias)
+        autotune.matmul(dA, dB, bias=bias)
+        autotune.matmul(dA, dB)
+    assert [(p.bias, p.calls) for p in recorded.read(path)] == [(True, 2), (False, 1)]
+    path.write_text(path.read_text().replace('"bias": true, ', "").replace('"bias": false, ', ""))
+    assert [(p.bias, p.calls) for p in recorded.read(path)] == [(False, 3)]  # a file from before the field
+
+
+@on_cpu
 def test_nested_recordings_each_count_from_their_start(tmp_path, rng):
     from numba import cuda
 
@@ -193,7 +209,7 @@ from autotune.store import recorded
 found = []
 for p in recorded.read(sys.argv[1]):
     if p.cc:
-        served = front.find_entry(p.gpu, p.problem)
+        served = front.find_entry(p.gpu, p.problem, bias=p.bias)
         found.append([served.entry.key, served.source])
 print(json.dumps({"found": found, "numba": "numba" in sys.modules}))
 """
@@ -207,7 +223,8 @@ def test_warm_recorded_builds_what_the_call_path_loads_for_the_recorded_gpu(tmp_
                        params={"pad": 1, "tpb": 8}, gflops=1.0, cc="9.0", sm_count=132,
                        source_hash=kernels.source_hash("shared")))
     path = tmp_path / "calls.json"
-    recorded.add(path, [product(32, 32, 32, 3, **H200), product(4, 4, 4, 1)])
+    recorded.add(path, [product(32, 32, 32, 3, **H200), product(32, 32, 32, 2, bias=True, **H200),
+                        product(4, 4, 4, 1)])
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     env["PYTHONPATH"] = str(ROOT)
     warm = subprocess.run([sys.executable, "-m", "autotune", "warm", "--recorded", str(path)], check=False, env=env,
@@ -215,13 +232,16 @@ def test_warm_recorded_builds_what_the_call_path_loads_for_the_recorded_gpu(tmp_
     assert warm.returncode == 0, warm.stderr[-3000:]
     lines = warm.stdout.splitlines()
     assert lines[0].startswith("NVIDIA H200 32x32x32 float32 ieee: stored ")
-    assert lines[1] == ("simulator 4x4x4 float32 ieee: not built: recorded under the simulator: no architecture to "
+    assert lines[1].startswith("NVIDIA H200 32x32x32 float32 ieee with a bias: stored ")  # a build of its own
+    assert lines[1].split()[-1] != lines[0].split()[-1]
+    assert lines[2] == ("simulator 4x4x4 float32 ieee: not built: recorded under the simulator: no architecture to "
                         "build for")
-    assert lines[2].startswith("1 of 2 recorded products' kernels in ")
+    assert lines[3].startswith("2 of 3 recorded products' kernels in ")
     loaded = subprocess.run([sys.executable, "-c", LOAD, str(path)], check=False, env=env, capture_output=True,
                             text=True, timeout=300)
     assert loaded.returncode == 0, loaded.stderr[-3000:]
-    assert json.loads(loaded.stdout) == {"found": [[lines[0].split()[-1], "store"]], "numba": False}
+    assert json.loads(loaded.stdout) == {"found": [[lines[0].split()[-1], "store"], [lines[1].split()[-1], "store"]],
+                                         "numba": False}
 
 
 @on_cpu

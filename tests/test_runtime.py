@@ -113,6 +113,25 @@ def test_the_last_few_rows_are_a_product_of_their_own(monkeypatch, rng):
     check(autotune.matmul(cuda.to_device(np.ascontiguousarray(A.T)).T, dB).copy_to_host(), A, B)
 
 
+def test_a_bias_is_added_by_the_kernels_of_every_part_and_of_an_empty_k(monkeypatch, rng):
+    """matmul(A, B, bias=b) adds b to every row of C, peeled rows too, for NumPy and device arrays;
+    with K = 0, C is the bias. A bias that does not fit is refused with one line."""
+    monkeypatch.setenv(PRETEND_ENV, f"{DEVICE};9.0;2")
+    tuned(65, 24, 20, family="vector", params=TALL)
+    A, B = random_inputs(65, 24, 20, "float32", rng)
+    bias = rng.uniform(-4, 4, 24).astype(np.float32)
+    want = reference(A, B) + bias
+    assert relative_error(autotune.matmul(A, B, bias=bias), want) <= error_bound("float32", 20)
+    got = autotune.matmul(cuda.to_device(A), cuda.to_device(B), bias=cuda.to_device(bias)).copy_to_host()
+    assert relative_error(got, want) <= error_bound("float32", 20)
+    np.testing.assert_array_equal(autotune.matmul(np.ones((3, 0), np.float32), np.ones((0, 24), np.float32),
+                                                  bias=bias), np.broadcast_to(bias, (3, 24)))
+    with pytest.raises(OperandError, match=r"bias must have shape \(24,\)"):
+        autotune.matmul(cuda.to_device(A), cuda.to_device(B), bias=cuda.to_device(bias[:-1]))
+    with pytest.raises(OperandError, match="bias has dtype float64, A and B float32"):
+        autotune.matmul(A, B, bias=bias.astype(np.float64))
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int32"])
 def test_matmul_numpy_in_numpy_out_after_tuning(dtype, rng):
     tuned(19, 23, 17, dtype)

@@ -34,13 +34,14 @@ def seeded(monkeypatch):
 
 @pytest.fixture
 def kernel_calls(monkeypatch):
-    """The products mmtune's kernels computed, as (A's shape, B's shape, A's strides, B's strides)."""
+    """The products mmtune's kernels computed, as (A's shape, B's shape, A's strides, B's strides),
+    and whether the kernel added a bias."""
     calls = []
     compute = ops._computed
 
-    def counted(a, b, deterministic, precision):
-        product = compute(a, b, deterministic, precision)
-        calls.append((tuple(a.shape), tuple(b.shape), a.stride(), b.stride()))
+    def counted(a, b, bias, deterministic, precision):
+        product = compute(a, b, bias, deterministic, precision)
+        calls.append((tuple(a.shape), tuple(b.shape), a.stride(), b.stride(), bias is not None))
         return product
 
     monkeypatch.setattr(ops, "_computed", counted)
@@ -94,10 +95,10 @@ def test_linear_matches_nn_linear_forward_and_backward(dtype, lead, bias, kernel
     if bias:
         _close(layer.bias.grad, reference.bias.grad)
     rows = x.numel() // 7
-    # forward x @ W.T (NT), dX = dC @ W (NN), dW = dC.T @ x (TN, in W's own layout): one kernel each,
-    # transposed views read in place
-    assert kernel_calls == [((rows, 7), (7, 4), (7, 1), (1, 7)), ((rows, 4), (4, 7), (4, 1), (7, 1)),
-                            ((4, rows), (rows, 7), (1, 4), (7, 1))]
+    # forward x @ W.T (NT) + b, the bias added by the kernel, dX = dC @ W (NN), dW = dC.T @ x (TN, in W's
+    # own layout): one kernel each, transposed views read in place
+    assert kernel_calls == [((rows, 7), (7, 4), (7, 1), (1, 7), bias), ((rows, 4), (4, 7), (4, 1), (7, 1), False),
+                            ((4, rows), (rows, 7), (1, 4), (7, 1), False)]
     assert layer.weight.grad.is_contiguous()
 
 
@@ -213,7 +214,7 @@ def test_autocast_defers_to_f_linear(kernel_calls):
 
 def test_torch_settings_choose_precision_and_determinism(monkeypatch):
     seen = []
-    monkeypatch.setattr(ops, "_computed", lambda a, b, deterministic, precision: seen.append(
+    monkeypatch.setattr(ops, "_computed", lambda a, b, bias, deterministic, precision: seen.append(
         {"deterministic": deterministic, "precision": precision}) or a @ b)
     a, b = torch.randn(3, 4, device=DEVICE), torch.randn(4, 2, device=DEVICE)
     previous = torch.get_float32_matmul_precision()
@@ -301,10 +302,18 @@ def test_cuda_graph_captures_the_forward_pass():
 
 @pytest.mark.skipif(not ON_GPU, reason="the profiler's CUDA kernels")
 def test_profiler_shows_one_kernel_per_gradient_and_no_copies():
+    """And the forward pass with a bias is one kernel: the bias is added in its epilogue."""
     layer = mt.Linear(256, 128, device=DEVICE)
     x = torch.randn(64, 256, device=DEVICE, requires_grad=True)
     layer(x).sum().backward()  # plans built
     torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+        with torch.no_grad():
+            layer(x)
+        torch.cuda.synchronize()
+    names = [event.name for event in profile.events() if event.device_type == torch.autograd.DeviceType.CUDA]
+    assert len([name for name in names if name.startswith("kernels::")]) == 1 and len(names) <= 2, names
+    assert not [name for name in names if not name.startswith("kernels::") and "Memset" not in name], names
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
         y = layer(x)
         y.backward(torch.ones_like(y))

@@ -66,18 +66,23 @@ def test_two_warpgroups_over_a_k_that_wraps_the_ring_give_the_product(rng):
 def test_a_producer_warpgroup_feeds_two_multiplying_ones(layout, shape, stages, splits, rng):
     """With `producer`, a warpgroup of its own copies and splits B while two others multiply, meeting
     at named barriers: over a K that wraps the ring of raw tiles (3 stages: 3 K-tiles, then 2, K
-    split in two) and both split stages, 16 bytes a copy, and over unaligned rows (4 stages, 4 K-tiles, the last
-    partial), in the layouts whose A or B the copies transpose."""
+    split in two, the first split adding a bias) and both split stages, 16 bytes a copy, and over
+    unaligned rows (4 stages, 4 K-tiles, the last partial), in the layouts whose A or B the copies
+    transpose."""
     m, n, k = shape
     A, B = rng.uniform(-1, 1, (m, k)).astype(np.float32), rng.uniform(-1, 1, (k, n)).astype(np.float32)
+    bias = rng.uniform(-4, 4, n).astype(np.float32) if splits > 1 else np.zeros(n, np.float32)
     config = {"bm": 128, "bn": 64, "stages": stages, "splits": splits, "min_blocks": 1, "producer": 1}
     kernel = kernels.build_for("wgmma", config, "float32", shape, layout)
+    if splits > 1:
+        kernel = kernel.with_bias()
     assert kernel.threads == 3 * wl.THREADS and kernel.unaligned == ("" if layout == "NT" else "AB")
     stored_a = np.ascontiguousarray(A.T) if layout[0] == "T" else A
     stored_b = np.ascontiguousarray(B.T) if layout[1] == "T" else B
     C = cuda.to_device(np.full((m, n), 0 if splits > 1 else np.nan, np.float32))
-    kernel(cuda.to_device(stored_a), cuda.to_device(stored_b), C)
-    error = np.abs(C.copy_to_host() - A.astype(np.float64) @ B.astype(np.float64)) / (np.abs(A) @ np.abs(B))
+    kernel(cuda.to_device(stored_a), cuda.to_device(stored_b), C, bias=cuda.to_device(bias) if kernel.bias else None)
+    exact = A.astype(np.float64) @ B.astype(np.float64) + bias
+    error = np.abs(C.copy_to_host() - exact) / (np.abs(A) @ np.abs(B) + np.abs(bias))
     assert error.max() <= 2.0**-21, error.max()
 
 

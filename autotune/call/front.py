@@ -39,7 +39,8 @@ import numpy as np
 
 from autotune import backends
 from autotune.call import launch, recording
-from autotune.call.operands import Operand, check_product, dtype_name, kind_of, reader
+from autotune.call.operands import Operand, check_bias, check_product, dtype_name, kind_of, reader
+from autotune.call.options import WAIT_ENV, CallOptions  # noqa: F401  WAIT_ENV: tests set it here
 from autotune.errors import CaptureError, LaunchError, OperandError
 from autotune.memos import MEMOS
 from autotune.space.precision import resolve as resolve_precision
@@ -50,7 +51,6 @@ from kernels.contract import Config
 from kernels.rules import Arch, adds_into_c, memory_shapes, peeled_rows
 
 ENV = "MMTUNE_LAUNCH"  # "numba": launch through Numba's dispatcher, for debugging
-WAIT_ENV = "MMTUNE_WAIT"  # "1": every first call waits for its chosen kernel to build
 
 
 @dataclass(eq=False)  # a key of recording.counts, by identity
@@ -67,21 +67,6 @@ class CallPlan:
     new_out: Callable | None = None  # makes a new C, bound on first use
     recorded: Recorded | None = None  # the product, for autotune.record; None for an empty one
     pending: Pending | None = None  # a stand-in serves while the chosen kernel builds
-
-
-@dataclass(frozen=True)
-class CallOptions:
-    """A call's options that decide its plan, besides its operands."""
-
-    stream: object = None
-    deterministic: bool = False
-    precision: str | None = None
-    wait: bool = False
-
-    @property
-    def waits(self) -> bool:
-        """Whether a missing kernel is built before the call (no stand-in, no switching)."""
-        return self.wait or self.deterministic or os.environ.get(WAIT_ENV, "") not in ("", "0")
 
 
 @dataclass(frozen=True)
@@ -122,8 +107,8 @@ def _driver_wanted() -> bool:
     return launch.driver_available()
 
 
-def matmul(A, B, out=None, stream=None, deterministic=False, precision=None, wait=False):
-    """C = A @ B with the tuned kernel. A and B: NumPy arrays (copied to the GPU and back), or
+def matmul(A, B, out=None, stream=None, deterministic=False, precision=None, wait=False, bias=None):
+    """C = A @ B (+ bias) with the tuned kernel. A and B: NumPy arrays (copied to the GPU and back), or
     device arrays (PyTorch, CuPy, Numba, or anything with __cuda_array_interface__ or
     __dlpack__), used in place and launched on the caller's current stream or on `stream`.
     Returns the same kind as A; `out`, if given, receives C and is returned. With
@@ -131,18 +116,22 @@ def matmul(A, B, out=None, stream=None, deterministic=False, precision=None, wai
     the same bits. `precision` ("ieee" or "tf32x3", autotune.space.precision; default "ieee") names how
     exactly float32 is computed: "tf32x3" lets the tensor cores compute it, where they are faster.
     With `wait`, a first call waits for its chosen kernel to build rather than take a stand-in
-    (the module's docstring says when one stands in)."""
+    (the module's docstring says when one stands in). `bias`, a contiguous array of C's N columns
+    of the same kind, is added to every row of C by the kernel's epilogue."""
     found_a, found_b = _readers.get(type(A)), _readers.get(type(B))
-    if found_a is None or found_b is None:
-        return _first_sight(A, B, out, CallOptions(stream, deterministic, precision, wait))
+    if found_a is None or found_b is None or bias is not None and type(bias) not in _readers:
+        return _first_sight(A, B, out, bias, _options(stream, deterministic, precision, wait, bias))
     kind, read = found_a
     a, b = read(A), found_b[1](B)
     key = (a.shape, b.shape, a.strides, b.strides, a.dtype, b.dtype, a.device, b.device, deterministic, precision)
+    if bias is not None:
+        bias = _readers[type(bias)][1](bias)
+        key += (bias.shape, bias.strides, bias.dtype, bias.device)
     call = _plans.get(key)
     if call is None:
-        call = _build(key, kind, a, b, CallOptions(stream, deterministic, precision, wait))
+        call = _build(key, kind, (a, b, bias), _options(stream, deterministic, precision, wait, bias))
     elif call.pending is not None and (wait or call.pending.build.done()):
-        call = _switch(key, call, a, b, wait)
+        call = _switch(key, call, (a, b, bias), wait)
     counts = recording.counts
     if counts is not None:
         counts[call] = counts.get(call, 0) + 1
@@ -154,8 +143,13 @@ def matmul(A, B, out=None, stream=None, deterministic=False, precision=None, wai
             _check_out(a, b, c, call)
     if call.plan is not None:
         raw = current_stream(kind, a.device) if stream is None else launch.stream_handle(stream)
-        call.plan.launch(a.pointer, b.pointer, c.pointer, raw)
+        call.plan.launch(a.pointer, b.pointer, c.pointer, raw, 0 if bias is None else bias.pointer)
     return out
+
+
+def _options(stream, deterministic: bool, precision: str | None, wait: bool, bias) -> CallOptions:
+    return CallOptions(stream=stream, deterministic=deterministic, precision=precision, wait=wait,
+                       bias=bias is not None)
 
 
 def current_stream(kind: str, device: int) -> int:
@@ -182,20 +176,21 @@ def _register(x, name: str):
     return found
 
 
-def _first_sight(A, B, out, options: CallOptions):
+def _first_sight(A, B, out, bias, options: CallOptions):
     """A call with an operand type not seen before: NumPy, the simulator and the Numba fallback
     go to autotune.call.dispatcher (which compiles as it goes); on the driver path the types'
     readers are registered."""
-    stream, deterministic, precision = options.stream, options.deterministic, options.precision
     if isinstance(A, np.ndarray) or isinstance(B, np.ndarray) or backend() == "numba":
         from autotune.call import dispatcher
 
-        if stream is None and not isinstance(A, np.ndarray) and not backends.simulated():
-            stream = _caller_stream(A)
-        return dispatcher.matmul(A, B, out, stream, deterministic, precision)
+        if options.stream is None and not isinstance(A, np.ndarray) and not backends.simulated():
+            options = replace(options, stream=_caller_stream(A))
+        return dispatcher.matmul(A, B, out, bias, options)
     _register(A, "A")
     _register(B, "B")
-    return matmul(A, B, out, stream, deterministic, precision, options.wait)
+    if bias is not None:
+        _register(bias, "bias")
+    return matmul(A, B, out, options.stream, options.deterministic, options.precision, options.wait, bias)
 
 
 def _caller_stream(A) -> int:
@@ -206,8 +201,12 @@ def _caller_stream(A) -> int:
     return 0
 
 
-def _build(key: tuple, kind: str, a: Operand, b: Operand, options: CallOptions) -> CallPlan:
+def _build(key: tuple, kind: str, operands: tuple[Operand, Operand, Operand | None], options: CallOptions) -> CallPlan:
+    """The plan of a call's key, from its operands (A, B and the bias, or None)."""
+    a, b, bias = operands
     m, n, k, dtype, layout = check_product(a, b)
+    if bias is not None:
+        check_bias(bias, n, dtype, a.device)
     with _build_lock:
         call = _plans.get(key)
         if call is not None:
@@ -227,7 +226,8 @@ def _build(key: tuple, kind: str, a: Operand, b: Operand, options: CallOptions) 
                 if served.building is not None:
                     pending = Pending(served.building, options)
                 if k:
-                    product = Recorded.served(problem, gpu, config, served.source, options.deterministic)
+                    product = replace(Recorded.served(problem, gpu, config, served.source, options.deterministic),
+                                      bias=options.bias)
         finally:
             device.leave(previous)
         call = _plans[key] = CallPlan(kind=kind, m=m, n=n, dtype=dtype, layout=layout,
@@ -236,7 +236,7 @@ def _build(key: tuple, kind: str, a: Operand, b: Operand, options: CallOptions) 
         return call
 
 
-def _switch(key: tuple, call: CallPlan, a: Operand, b: Operand, wait: bool) -> CallPlan:
+def _switch(key: tuple, call: CallPlan, operands: tuple[Operand, Operand, Operand | None], wait: bool) -> CallPlan:
     """The plan once its chosen kernel's build is done (waited for, with `wait`): planned again
     with that kernel; kept on its stand-in if the build failed, or while the stream is captured."""
     pending = call.pending
@@ -248,20 +248,21 @@ def _switch(key: tuple, call: CallPlan, a: Operand, b: Operand, wait: bool) -> C
                       f"{call.family} {json.dumps(call.config)} serves it instead", stacklevel=3)
         return call
     options = pending.options
-    raw = current_stream(call.kind, a.device) if options.stream is None else launch.stream_handle(options.stream)
+    device = operands[0].device
+    raw = current_stream(call.kind, device) if options.stream is None else launch.stream_handle(options.stream)
     if not wait and launch.capturing(raw):
         return call
     with _build_lock:
         if _plans.get(key) is call:
             del _plans[key]
-    return _build(key, call.kind, a, b, replace(options, wait=True))
+    return _build(key, call.kind, operands, replace(options, wait=True))
 
 
 def _plan(device: launch.GpuContext, gpu: backends.Device, problem: Problem, options: CallOptions):
     """(launch plan, what serves it) for `problem` on `device`, whose context is current. A
     stand-in computes all of C's rows (peeling them is the chosen kernel's refinement)."""
     deterministic = options.deterministic
-    served = find_entry(gpu, problem, deterministic, wait=options.waits)
+    served = find_entry(gpu, problem, deterministic, wait=options.waits, bias=options.bias)
     if served.building:
         try:
             return entry_plan(device, served.entry, problem.shape, problem.dtype, problem.layout), served
@@ -269,12 +270,12 @@ def _plan(device: launch.GpuContext, gpu: backends.Device, problem: Problem, opt
             warnings.warn(f"mmtune: a stand-in kernel does not load ({error}); waiting for the chosen one",
                           stacklevel=4)
             served.building.wait()  # its build writes the store, which find_entry then reads
-            served = find_entry(gpu, problem, deterministic, wait=True)
+            served = find_entry(gpu, problem, deterministic, wait=True, bias=options.bias)
     rest = peeled_rows(problem.m, served.config.params, problem.layout)
     if not rest:
         return entry_plan(device, served.entry, problem.shape, problem.dtype, problem.layout), served
     # the peeled rows' own kernel may stand in too: a switch never waits for a compile
-    rest_entry = find_entry(gpu, replace(problem, m=rest), deterministic, wait=options.waits).entry
+    rest_entry = find_entry(gpu, replace(problem, m=rest), deterministic, wait=options.waits, bias=options.bias).entry
     (m, n, k), itemsize = problem.shape, np.dtype(problem.dtype).itemsize
     main = m - rest
     parts = [(entry_plan(device, served.entry, (main, n, k), problem.dtype, problem.layout), 0, 0),
@@ -292,7 +293,7 @@ def entry_plan(device: launch.GpuContext, entry: cubins.Entry, shape: tuple[int,
     if loaded is None:
         loaded = _loaded[entry.key] = launch.load(entry.cubin, entry.name, entry.dynamic_shared)
     itemsize = np.dtype(dtype).itemsize
-    words, slots = launch.pack_arguments(memory_shapes(m, n, k, layout), itemsize)
+    words, slots = launch.pack_arguments(memory_shapes(m, n, k, layout) + [(n,)] * entry.bias, itemsize)
     zero = m * n * itemsize // 4 if entry.adds else 0
     sms = device.attribute("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT") if entry.workers_per_sm else 0
     grid = launch.grid_for(m, n, entry.tile, entry.splits, entry.workers_per_sm * sms)
@@ -331,13 +332,15 @@ def prepare() -> None:
     lookup.prepare()
 
 
-def find_entry(gpu: backends.Device, problem: Problem, deterministic: bool = False, wait: bool = True) -> Served:
+def find_entry(gpu: backends.Device, problem: Problem, deterministic: bool = False, wait: bool = True,
+               bias: bool = False) -> Served:
     """The config and store entry of `problem` (its precision resolved) on a GPU: from the store
     when it remembers them (numba stays unloaded), else from `lookup` for that GPU and, if
     missing, compiled into the store for the problem's layout and the offset width its shape
     needs. The store remembers what a plain lookup chose; a deterministic call takes it only if
     it does not add into C. Unless `wait`, a missing kernel builds in a child process and the
-    best stored kernel for the same product stands in, where the store holds one."""
+    best stored kernel for the same product stands in, where the store holds one. With `bias`, the
+    kernels are builds that add a bias (the config is the one chosen without)."""
     config, source = shapes.recall(problem), FROM_STORE
     if config is None or (deterministic and adds_into_c(config.params)):
         from autotune.select.lookup import choose
@@ -350,7 +353,7 @@ def find_entry(gpu: backends.Device, problem: Problem, deterministic: bool = Fal
                 shapes.remember(problem, config, stamp=stamp)
         except OSError as error:
             warnings.warn(f"mmtune: cannot write to the kernel store: {error}", stacklevel=3)
-    key = cubins.BuildKey.of(config, problem.dtype, problem.shape, problem.layout, Arch.of(gpu.cc))
+    key = replace(cubins.BuildKey.of(config, problem.dtype, problem.shape, problem.layout, Arch.of(gpu.cc)), bias=bias)
     stored = None if wait else cubins.stored(key)
     if not wait and stored is None:
         stand_ins = background.stand_ins(key, (problem.m, problem.n))

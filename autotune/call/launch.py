@@ -19,6 +19,7 @@ PyTorch, CuPy and Numba use) and `GpuContext.leave` puts back. No numba here.
 from __future__ import annotations
 
 import ctypes
+import math
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -43,14 +44,15 @@ def check(result, call: str):
     return values[0] if len(values) == 1 else tuple(values)
 
 
-def array_words(shape: tuple[int, int], itemsize: int) -> list[int]:
-    """The 9 argument words of a C-contiguous 2-D array, its data pointer left 0."""
-    rows, cols = shape
-    return [0, 0, rows * cols, itemsize, 0, rows, cols, cols * itemsize, itemsize]
+def array_words(shape: tuple[int, ...], itemsize: int) -> list[int]:
+    """The argument words of a C-contiguous array (9 for 2-D, 7 for 1-D), its data pointer left 0:
+    Numba's array (meminfo, parent, items, itemsize, data, shape, strides)."""
+    strides = [itemsize * math.prod(shape[i + 1:]) for i in range(len(shape))]
+    return [0, 0, math.prod(shape), itemsize, 0, *shape, *strides]
 
 
-def pack_arguments(shapes: list[tuple[int, int]], itemsize: int) -> tuple[list[int], list[int]]:
-    """(words, data_slots): the words of one 2-D array per shape, and where their pointers go."""
+def pack_arguments(shapes: list[tuple[int, ...]], itemsize: int) -> tuple[list[int], list[int]]:
+    """(words, data_slots): the words of one array per shape, and where their pointers go."""
     words: list[int] = []
     slots: list[int] = []
     for shape in shapes:
@@ -206,10 +208,13 @@ class Plan:
             buffer = self._local.buffer = ArgumentBuffer(self.words)
         return buffer
 
-    def launch(self, a: int, b: int, c: int, stream: int) -> None:
+    def launch(self, a: int, b: int, c: int, stream: int, bias: int = 0) -> None:
+        """Launch on the arrays at these device addresses; `bias` for a kernel that takes one."""
         buffer = self.buffer()
-        words, (sa, sb, sc) = buffer.words, self.slots
-        words[sa], words[sb], words[sc] = a, b, c
+        words, slots = buffer.words, self.slots
+        words[slots[0]], words[slots[1]], words[slots[2]] = a, b, c
+        if bias:
+            words[slots[3]] = bias
         previous = self.device.enter()
         try:
             if self.zero_words:
@@ -233,9 +238,9 @@ class RowParts:
     def __init__(self, parts: list[tuple[Plan, int, int]]):
         self.parts = parts  # (plan, A's offset, C's offset)
 
-    def launch(self, a: int, b: int, c: int, stream: int) -> None:
+    def launch(self, a: int, b: int, c: int, stream: int, bias: int = 0) -> None:
         for plan, a_offset, c_offset in self.parts:
-            plan.launch(a + a_offset, b, c + c_offset, stream)
+            plan.launch(a + a_offset, b, c + c_offset, stream, bias)
 
 
 # Streams ------------------------------------------------------------------------------------

@@ -177,6 +177,22 @@ def check_product(A: Operand, B: Operand, C: Operand | None = None) -> tuple[int
     return m, n, k, dtype, _layout_of("A", A, itemsize) + _layout_of("B", B, itemsize)
 
 
+def check_bias(bias, n: int, dtype: str, device: int | None = None) -> None:
+    """A bias (an operand, or anything with .shape, .dtype and .strides) of C's N columns: 1-D,
+    contiguous, of the product's dtype (and on its device, for an operand); else a one-line
+    OperandError."""
+    if tuple(bias.shape) != (n,):
+        raise OperandError(f"bias must have shape ({n},), one value per column of C; got {tuple(bias.shape)}")
+    if dtype_name(bias.dtype) != dtype:
+        raise OperandError(f"bias has dtype {dtype_name(bias.dtype)}, A and B {dtype}")
+    strides = bias.strides
+    if n > 1 and strides is not None and tuple(strides) != (np.dtype(dtype).itemsize,):
+        raise OperandError(f"bias has strides {tuple(strides)}; pass a contiguous bias")
+    if device is not None and bias.device != device:
+        raise OperandError(f"bias is on {'the host' if bias.device < 0 else f'cuda:{bias.device}'} and A on "
+                           f"cuda:{device}; put them on one GPU")
+
+
 def _layout_of(name: str, x: Operand, itemsize: int) -> str:
     layout = operand_layout(x.shape, x.strides, itemsize)
     if layout is None:

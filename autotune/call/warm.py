@@ -37,11 +37,12 @@ def _prebuild(product: Recorded) -> Prebuilt:
     if not product.cc:
         return Prebuilt(product, error="recorded under the simulator: no architecture to build for")
     try:
-        served = find_entry(product.gpu, product.problem, product.deterministic)
+        served = find_entry(product.gpu, product.problem, product.deterministic, bias=product.bias)
         keys = [served.entry.key]
         rest = peeled_rows(product.m, served.config.params, product.layout)
         if rest:
-            keys.append(find_entry(product.gpu, replace(product.problem, m=rest), product.deterministic).entry.key)
+            keys.append(find_entry(product.gpu, replace(product.problem, m=rest), product.deterministic,
+                                   bias=product.bias).entry.key)
     except (StoreError, ValueError, OSError) as error:
         return Prebuilt(product, error=str(error).splitlines()[0])
     return Prebuilt(product, tuple(keys))

@@ -68,7 +68,8 @@ def warm_recorded(path: Path) -> None:
     for r in results:
         p = r.product
         status = f"stored {' '.join(r.keys)}" if r.keys else f"not built: {r.error}"
-        typer.echo(f"{p.device} {recorded_name(p)}{' deterministic' if p.deterministic else ''}: {status}")
+        more = " deterministic" * p.deterministic + " with a bias" * p.bias
+        typer.echo(f"{p.device} {recorded_name(p)}{more}: {status}")
     typer.echo(f"{sum(bool(r.keys) for r in results)} of {len(results)} recorded products' kernels in {directory()}")
     if any(not r.keys and r.product.cc for r in results):
         raise typer.Exit(1)

@@ -79,12 +79,13 @@ def start(key: BuildKey, root: Path | None = None) -> Build:
 
 def encode_key(key: BuildKey) -> dict:
     return {"family": key.config.family, "params": key.config.params, "dtype": key.dtype, "arch": str(key.arch),
-            "layout": key.layout, "offset_bits": key.offset_bits, "unaligned": key.unaligned}
+            "layout": key.layout, "offset_bits": key.offset_bits, "unaligned": key.unaligned, "bias": key.bias}
 
 
 def decode_key(data: dict) -> BuildKey:
     return BuildKey(Config.of(data["family"], data["params"]), data["dtype"], Arch.of(data["arch"]),
-                    layout=data["layout"], offset_bits=data["offset_bits"], unaligned=data["unaligned"])
+                    layout=data["layout"], offset_bits=data["offset_bits"], unaligned=data["unaligned"],
+                    bias=data["bias"])
 
 
 def stand_ins(key: BuildKey, shape: tuple[int, int], root: Path | None = None) -> list[Entry]:

@@ -44,6 +44,17 @@ MAGIC = b"MMTUNE-CUBIN\n"
 
 #: the arguments every family's kernel takes: A, B, C as C-contiguous 2-D arrays (9 words each)
 ARGUMENTS = {"arrays": 3, "ndim": 2, "order": "C", "words_per_array": 9, "word_bytes": 8}
+#: and a kernel built with a bias (kernels.Kernel.with_bias) after them: a contiguous 1-D array
+BIAS_ARGUMENT = {"ndim": 1, "order": "C", "words": 7}
+
+
+def arguments(bias: bool) -> dict:
+    """The arguments' form, as an entry's key names it."""
+    return {**ARGUMENTS, "bias": BIAS_ARGUMENT} if bias else ARGUMENTS
+
+
+def argument_words(bias: bool) -> int:
+    return ARGUMENTS["arrays"] * ARGUMENTS["words_per_array"] + (BIAS_ARGUMENT["words"] if bias else 0)
 
 
 TOOLCHAIN_PACKAGES = {"numba_cuda": "numba-cuda", "nvvm": "nvidia-nvvm", "nvjitlink": "nvidia-nvjitlink"}
@@ -56,7 +67,8 @@ def directory() -> Path:
 @dataclass(frozen=True)
 class BuildKey:
     """What one stored kernel is built for: a config, a dtype and an architecture, and the operand
-    layout, offset width and unaligned rows of the products it computes (kernels.build)."""
+    layout, offset width and unaligned rows of the products it computes (kernels.build), and
+    whether it adds a bias to C's rows."""
 
     config: Config
     dtype: str
@@ -64,12 +76,13 @@ class BuildKey:
     layout: str = "NN"
     offset_bits: int = 32
     unaligned: str = ""
+    bias: bool = False
 
     @classmethod
     def of(cls, config: Config, dtype: str, shape: tuple[int, int, int], layout: str, arch: Arch) -> "BuildKey":
         """The build that computes a product of `shape` in `layout` (kernels.rules' offset width and
         unaligned rows) on a GPU of architecture `arch`, for the target cuda.jit compiles for
-        there (Arch.native: sm_90a on sm_90, whose code no other GPU runs)."""
+        there (Arch.native: sm_90a on sm_90, whose code no other GPU runs); with no bias."""
         return cls(config, dtype, Arch.of(arch).native, layout=layout, offset_bits=offset_bits_for(*shape),
                    unaligned=unaligned_for(*shape, layout, dtype))
 
@@ -132,7 +145,8 @@ def source_hash(root: Path | None = None) -> str:
 def key_parts(key: BuildKey, root: Path | None = None) -> dict:
     return {
         "format": FORMAT, "family": key.config.family, "config": key.config.params_json, "dtype": key.dtype,
-        "layout": key.layout, "offset_bits": key.offset_bits, "unaligned": key.unaligned, "arguments": ARGUMENTS,
+        "layout": key.layout, "offset_bits": key.offset_bits, "unaligned": key.unaligned,
+        "arguments": arguments(key.bias),
         "arch": key.arch.sm, "source": source_hash(root), **toolchain(),
     }
 
@@ -176,6 +190,11 @@ class Entry:
     @property
     def dynamic_shared(self) -> int:
         return self.header["dynamic_shared"]
+
+    @property
+    def bias(self) -> bool:
+        """Whether the kernel takes a bias after A, B and C (BuildKey.bias)."""
+        return "bias" in self.header["parts"]["arguments"]
 
 
 def encode(entry: Entry) -> bytes:
@@ -246,15 +265,17 @@ def build(key: BuildKey, root: Path | None = None) -> Entry:
     family, cc = key.config.family, key.arch.target
     kernel = kernels.build(family, key.config.params, key.dtype, key.layout, key.offset_bits, key.unaligned)
     try:
+        kernel = kernel.with_bias() if key.bias else kernel
         code = ltoir(kernel, cc)
         cubin, log = link(code, cc, family)
         text = link(code, cc, family, output="ptx")[0].decode()  # names the entry the cubin holds
     except Exception as error:  # NVVM, nvJitLink and Numba's typing raise many kinds
         raise StoreError(f"{key.config} does not compile for {key.arch.sm}: {error}") from None
     name, params = entry_parameters(text)
-    words = ARGUMENTS["arrays"] * ARGUMENTS["words_per_array"]
+    words = argument_words(key.bias)
     if len(params) != words or any(p != ".u64" for p in params):
-        raise StoreError(f"{family} kernel takes parameters {params}, not the {words} 8-byte words of {ARGUMENTS}")
+        raise StoreError(f"{family} kernel takes parameters {params}, not the {words} 8-byte words of "
+                         f"{arguments(key.bias)}")
     resources = parse_report(log, cc)
     header = {
         "parts": parts, "entry": name, "block": list(kernel.block), "tile": list(kernel.tile),

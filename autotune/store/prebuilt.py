@@ -2,7 +2,8 @@
 for a compile.
 
 For every kind of product a call can make in float32 or float64 (operand layout and unaligned
-rows, 32-bit offsets) one kernel ships, built for sm_90a (H100, H200): a stand-in
+rows, 32-bit offsets; with a bias in the layouts a bias comes with, BIASED_LAYOUTS) one kernel
+ships, built for sm_90a (H100, H200): a stand-in
 (autotune.store.background) that serves while the kernel lookup chose builds. They live in
 autotune/data/kernels/<arch>.tar.xz, one stored entry (autotune.store.cubins) a member, made by
 `python -m autotune.store.prebuilt` (NVVM and nvJitLink, no GPU). Each carries the hash of the
@@ -14,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import tarfile
+from concurrent.futures import ProcessPoolExecutor
 from importlib import resources
 from itertools import product
 from pathlib import Path
@@ -34,6 +37,8 @@ STAND_INS = {
                                   "stages": 3, "splits": 1, "min_blocks": 1}),
 }
 ARCHES = (Arch(9, 0, "a"),)
+#: the layouts of the products that ship with a bias too: nn.Linear's x @ W.T (NT) and A @ B (NN)
+BIASED_LAYOUTS = ("NN", "NT")
 FOLDER = "kernels"
 
 
@@ -47,8 +52,9 @@ def kinds(dtype: str) -> list[tuple[str, str]]:
 
 
 def keys(arch: Arch) -> list[BuildKey]:
-    return [BuildKey(config, dtype, arch, layout=layout, offset_bits=32, unaligned=unaligned)
-            for dtype, config in STAND_INS.items() for layout, unaligned in kinds(dtype)]
+    return [BuildKey(config, dtype, arch, layout=layout, offset_bits=32, unaligned=unaligned, bias=bias)
+            for dtype, config in STAND_INS.items() for layout, unaligned in kinds(dtype)
+            for bias in (False, True) if layout in BIASED_LAYOUTS or not bias]
 
 
 def archive(arch: Arch):
@@ -72,10 +78,11 @@ def entries(arch: Arch) -> tuple[Entry, ...]:
     return tuple(found)
 
 
-def write(arch: Arch, out: Path) -> list[Entry]:
-    """Build every stand-in for `arch` and write them to `out` (a .tar.xz), byte for byte the same
-    for the same cubins."""
-    built = [cubins.build(key) for key in keys(arch)]
+def write(arch: Arch, out: Path, jobs: int = 1) -> list[Entry]:
+    """Build every stand-in for `arch`, in `jobs` processes, and write them to `out` (a .tar.xz),
+    byte for byte the same for the same cubins."""
+    with ProcessPoolExecutor(jobs) as pool:
+        built = list(pool.map(cubins.build, keys(arch)))
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:xz", preset=9) as bundle:
         for entry in sorted(built, key=lambda entry: entry.key):
@@ -92,9 +99,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="Build the kernels that ship as stand-ins (no GPU needed).")
     parser.add_argument("--out", type=Path, default=Path(__file__).parents[1] / "data" / FOLDER,
                         help="the folder to write <arch>.tar.xz into")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count(), help="processes that build at once")
     args = parser.parse_args()
     for arch in ARCHES:
-        built = write(arch, args.out / f"{arch.sm}.tar.xz")
+        built = write(arch, args.out / f"{arch.sm}.tar.xz", args.jobs)
         print(f"{arch.sm}: {len(built)} kernels")
 
 

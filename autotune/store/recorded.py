@@ -5,9 +5,11 @@ the store, the earliest stage those three share.
 
     {"mmtune_recorded": 1, "products": [{"device": "NVIDIA H200", "cc": "9.0", "sm_count": 132,
      "dtype": "float32", "precision": "ieee", "m": 256, "n": 256, "k": 256, "layout": "NT",
-     "deterministic": false, "family": "vector", "config": {...}, "source": "exact", "calls": 1200}]}
+     "deterministic": false, "bias": true, "family": "vector", "config": {...}, "source": "exact",
+     "calls": 1200}]}
 
-Products are listed most called first. Writing into a file that exists merges: the calls of one
+`bias` (whether the calls added one, kernels.Kernel.with_bias) came after format 1's first
+files: a product without it reads as having none. Products are listed most called first. Writing into a file that exists merges: the calls of one
 product add up, so two runs of a program accumulate, and the newer run says how it was served.
 Writers of one file take turns under a lock file beside it (`.NAME.lock`).
 """
@@ -47,6 +49,7 @@ class Recorded:
     k: int
     layout: str = "NN"
     deterministic: bool = False
+    bias: bool = False  # the calls added a bias: their kernels are built with one
     family: str = ""
     config: dict = field(default_factory=dict)
     source: str = ""  # lookup's (exact, measured, model, ...), or FROM_STORE
@@ -73,7 +76,7 @@ class Recorded:
 def _identity(product: Recorded) -> tuple:
     """What makes two records one product (their calls add up): all but how it was served."""
     return (product.device, product.cc, product.dtype, product.precision, product.m, product.n, product.k,
-            product.layout, product.deterministic)
+            product.layout, product.deterministic, product.bias)
 
 
 def merge(older: list[Recorded], newer: list[Recorded]) -> list[Recorded]:
@@ -123,6 +126,7 @@ def parse(text: str, where: str = "recorded calls") -> list[Recorded]:
 _TYPES = {"str": str, "int": int, "bool": bool, "dict": dict}
 _CHOICES = {"dtype": DTYPE_NAMES, "layout": LAYOUTS, "precision": PRECISIONS}
 _LEAST = {"sm_count": 0, "m": 1, "n": 1, "k": 1, "calls": 1}
+_LATER = {"bias"}  # fields files written before them lack
 
 
 def _product(entry: object, where: str) -> Recorded:
@@ -131,6 +135,8 @@ def _product(entry: object, where: str) -> Recorded:
         raise RecordedError(f"{where} is not a JSON object")
     values = {}
     for f in fields(Recorded):
+        if f.name not in entry and f.name in _LATER:
+            continue
         if f.name not in entry:
             raise RecordedError(f"{where} lacks {f.name!r}")
         value, kind = entry[f.name], _TYPES[f.type]

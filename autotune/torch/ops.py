@@ -108,24 +108,24 @@ def _product(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, precis
     transpose of a C-contiguous tensor) are copied, once the kernels refuse them."""
     precision = precision or _torch_precision(a.dtype)
     deterministic = torch.are_deterministic_algorithms_enabled()
+    bias = None if bias is None else bias.contiguous()
     try:
-        c = _computed(a, b, deterministic, precision)
+        return _computed(a, b, bias, deterministic, precision)
     except OperandError:
         if operand_layout(tuple(a.shape), a.stride(), 1) and operand_layout(tuple(b.shape), b.stride(), 1):
             raise
-        c = _computed(a.contiguous(), b.contiguous(), deterministic, precision)
-    if bias is not None:
-        c += bias
-    return c
+        return _computed(a.contiguous(), b.contiguous(), bias, deterministic, precision)
 
 
-def _computed(a: torch.Tensor, b: torch.Tensor, deterministic: bool, precision: str) -> torch.Tensor:
+def _computed(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, deterministic: bool,
+              precision: str) -> torch.Tensor:
+    """a @ b + bias, the bias added by the kernel's epilogue."""
     if a.device.type == "cuda":
-        return front.matmul(a, b, deterministic=deterministic, precision=precision)
+        return front.matmul(a, b, deterministic=deterministic, precision=precision, bias=bias)
     if backends.simulated():
-        return _simulated(a, b, deterministic, precision)
+        return _simulated(a, b, bias, deterministic, precision)
     _note_cpu()
-    return a @ b
+    return a @ b if bias is None else torch.addmm(bias, a, b)
 
 
 @_matmul.register_fake
@@ -181,8 +181,10 @@ class _Product(torch.autograd.Function):
     backward = staticmethod(_backward)
 
 
-def _simulated(a: torch.Tensor, b: torch.Tensor, deterministic: bool, precision: str) -> torch.Tensor:
-    """a @ b on the simulator's device arrays, each in its own layout (a transposed view stays one)."""
+def _simulated(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, deterministic: bool,
+               precision: str) -> torch.Tensor:
+    """a @ b + bias on the simulator's device arrays, each in its own layout (a transposed view
+    stays one)."""
     from numba import cuda
 
     def device_array(x: torch.Tensor):
@@ -193,7 +195,8 @@ def _simulated(a: torch.Tensor, b: torch.Tensor, deterministic: bool, precision:
             return cuda.to_device(x.detach().t().numpy()).T
         return cuda.to_device(x.detach().numpy())
 
-    c = front.matmul(device_array(a), device_array(b), deterministic=deterministic, precision=precision)
+    c = front.matmul(device_array(a), device_array(b), deterministic=deterministic, precision=precision,
+                     bias=None if bias is None else cuda.to_device(bias.detach().numpy()))
     return torch.from_numpy(c.copy_to_host())
 
 

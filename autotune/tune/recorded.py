@@ -2,7 +2,7 @@
 called first, in one run.
 
 Only products recorded on this GPU model are tuned; of those, the `top` most called (products
-that differ only in `deterministic` count as one). A product with an exact current row is
+that differ only in `deterministic` or in a bias count as one). A product with an exact current row is
 skipped: a cached or shipped row of this GPU model for its dtype, shape and layout, of a
 precision its own allows, measured on today's kernel code. Each tune is `mmtune tune`'s own
 (autotune.tune.tuner.tune), with the options given once for all: its study is named by the
@@ -56,7 +56,7 @@ def select(asked: RecordedTuning, device: str) -> tuple[list[Recorded], list[Rec
     those recorded on other GPU models."""
     if asked.top is not None and asked.top < 1:
         raise TuneError(f"--top must be at least 1, got {asked.top}")
-    products = recorded.merge([], [replace(p, deterministic=False) for p in recorded.read(asked.path)])
+    products = recorded.merge([], [replace(p, deterministic=False, bias=False) for p in recorded.read(asked.path)])
     return [p for p in products if p.device == device][:asked.top], [p for p in products if p.device != device]
 
 
