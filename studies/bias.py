@@ -4,10 +4,10 @@ the bias in the kernel's epilogue, mmtune with the bias added by a second kernel
 
     python3 studies/bias.py --out OUT.json [--rows 64 512 2048 4096] [--width 4096]
 
-Times are microseconds a call, by CUDA events around a loop of back-to-back calls (the median of 7
-rounds), the host's launch included. Errors are ||C - C64||_F / ||C64||_F against the float64
-product of the same operands. Kernels are built before they are timed (`wait=True`); torch's float32
-is IEEE (TF32 off).
+Times are microseconds of GPU time a call (autotune.measure.measurement.time_launches: the median
+of CUDA event pairs around calls queued behind a hold kernel). Errors are ||C - C64||_F / ||C64||_F
+against the float64 product of the same operands. Kernels are built before they are timed
+(`wait=True`); torch's float32 is IEEE (TF32 off).
 """
 
 from __future__ import annotations
@@ -19,24 +19,12 @@ from pathlib import Path
 import torch
 
 from autotune.call import front
-
-ROUNDS, CALLS = 7, 30
+from autotune.measure.measurement import time_launches
 
 
 def timed(call) -> float:
-    for _ in range(3):
-        call()
-    torch.cuda.synchronize()
-    results = []
-    for _ in range(ROUNDS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(CALLS):
-            call()
-        end.record()
-        torch.cuda.synchronize()
-        results.append(start.elapsed_time(end) / CALLS * 1e3)
-    return sorted(results)[ROUNDS // 2]
+    """Microseconds of GPU time a call: the project's one timer (autotune.measure.measurement)."""
+    return time_launches(call).median_ms * 1e3
 
 
 def row(dtype: torch.dtype, m: int, width: int, precision: str) -> dict:
