@@ -147,7 +147,7 @@ SHIPPED = {
          "what": "step 27: eight float64 shapes tuned on the dmma family"},
         {"step": "promote", "commit": "80b4a0f", "file": "h200/step27/tune8192/tuned.json",
          "what": "step 27: float64 8192^3 tuned"},
-        {"step": "promote", "commit": "a0f627a", "file": "h200/step28/tune/retimed.json",
+        {"step": "promote", "commit": "a0f627a", "file": "h200/step28/tune/retimed.json.xz",
          "except": ["1024x1024x1024@float32"],
          "what": "step 28: eight float32 shapes tuned, the stale records re-timed (1024^3 float32 kept its row)"},
         {"step": "promote", "commit": "6f91338", "file": "h200/step30/tune/tuned.json",
@@ -753,7 +753,7 @@ def timed_shapes(device, jobs: list[dict], root: Path, failed: dict, deadline: f
     GFLOPS or None, seconds taken). Starts no shape after `deadline` (time.perf_counter)."""
     import torch
 
-    from autotune.call import launch
+    from autotune.backends import launch
 
     gpu = launch.device(torch.cuda.current_device())
     by_shape: dict[tuple, list[dict]] = {}

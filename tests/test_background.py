@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 
 import autotune
-from autotune.call import front, launch
+from autotune.backends import launch
+from autotune.call import front
 from autotune.errors import OperandError
 from autotune.store import background, cubins
 from kernels import Config

@@ -18,7 +18,7 @@ from autotune.errors import CaptureError
 from autotune import memos
 from autotune.memos import MEMOS
 from autotune.call import front
-from autotune.call import launch
+from autotune.backends import launch
 from autotune.store import cubins, prebuilt
 from autotune.store import shapes
 from autotune.measure.measurement import error_bound, random_inputs, reference, relative_error

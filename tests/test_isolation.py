@@ -46,8 +46,12 @@ def test_a_fault_fails_the_call_and_the_next_gets_a_fresh_child(isolated, config
 
 
 def test_the_study_survives_crashing_hanging_and_poisoning_kernels():
-    result = tune(TuneRequest(6, 5, 4, trials=9, families=["shared"], sampler="grid", jobs=1),
-                  Isolated(faulty_measure, timeout_s=3), show_progress=False)
+    measurer = Isolated(faulty_measure, timeout_s=3)
+    try:
+        result = tune(TuneRequest(6, 5, 4, trials=9, families=["shared"], sampler="grid", jobs=1), measurer,
+                      show_progress=False)
+    finally:
+        measurer.close()  # the caller's to close
     from autotune.tune.storage import open_storage
 
     study = optuna.load_study(study_name=result.study_name, storage=open_storage(result.storage))
@@ -60,3 +64,25 @@ def test_the_study_survives_crashing_hanging_and_poisoning_kernels():
     assert len(complete) == 6
     row = Cache().get(Problem("simulator", "float32", 6, 5, 4))
     assert (row.params, row.gflops) == ({"tpb": 32, "pad": 2}, 34.0)
+
+
+def test_worker_processes_measure_in_children_of_their_own_across_tunes(monkeypatch):
+    """--jobs 2 as `tune --recorded` runs it: kept workers, each with its isolated measuring child."""
+    import autotune.tune.tuner
+    from autotune.tune.storage import open_storage
+    from autotune.tune.workers import Workers
+    from optuna.trial import TrialState
+
+    monkeypatch.setattr(autotune.tune.tuner, "available_memory", lambda: 64 * 2**30)
+    measurer = Isolated(faulty_measure, timeout_s=5)
+    try:
+        with Workers([None, None], Cache().path.parent) as workers:
+            for shape in ((6, 5, 4), (7, 5, 3)):
+                result = tune(TuneRequest(*shape, trials=4, families=["shared"], sampler="grid", jobs=2), measurer,
+                              show_progress=False, workers=workers)
+                study = optuna.load_study(study_name=result.study_name, storage=open_storage(result.storage))
+                errors = [t.user_attrs.get("error", "") for t in study.trials if t.state == TrialState.FAIL]
+                planted = ("died (exit code 3)", "no result within 5 s", "CUDA_ERROR_ILLEGAL_ADDRESS")
+                assert result.row is not None and all(any(p in e for p in planted) for e in errors), errors
+    finally:
+        measurer.close()

@@ -16,24 +16,27 @@ import pytest
 import autotune
 import kernels
 from autotune.call import front
-from autotune.call import launch
+from autotune.backends import launch
 from autotune.call.operands import Operand, check_bias, check_product, kind_of, read_cai, read_dlpack, read_torch
-from autotune.errors import OperandError, CaptureError
+from autotune.errors import CaptureError, OperandError, StoreError
+from autotune.store import cubins
 
 CHILD = """
 import json, ctypes, sys
 import numpy as np
 import kernels
-from kernels.resources import ptx
-from autotune.call import launch
+from kernels.resources import link, ltoir
+from autotune.backends import launch
 from autotune.store import cubins
 from numba.cuda import dispatcher, types
 out = {"params": {}}
+def parameters(kernel, family):
+    return cubins.entry_parameters(*link(ltoir(kernel, (9, 0, "a")), (9, 0, "a"), family))[1]
 for family in sys.argv[1:]:
     dtype = "float64" if family == "dmma" else "float32"
     kernel = kernels.build(family, kernels.family(family).default, dtype)
-    out["params"][family] = cubins.entry_parameters(ptx(kernel))[1]
-    out["params"][family + " with a bias"] = cubins.entry_parameters(ptx(kernel.with_bias()))[1]
+    out["params"][family] = parameters(kernel, family)
+    out["params"][family + " with a bias"] = parameters(kernel.with_bias(), family)
 
 # Numba's own flattening of one float32[:, ::1] argument, with the device array faked
 class Layout:
@@ -72,7 +75,7 @@ def test_argument_words_match_the_compiled_kernels_and_numbas_flattening(familie
     words, slots = launch.pack_arguments([(3, 4), (4, 5), (3, 5)], 4)
     biased = launch.pack_arguments([(3, 4), (4, 5), (3, 5), (5,)], 4)[0]
     for family, params in out["params"].items():
-        assert params == [".u64"] * len(biased if family.endswith("with a bias") else words), family
+        assert params == [8] * len(biased if family.endswith("with a bias") else words), family
     expected = launch.array_words((3, 5), 4)
     expected[launch.DATA_WORD] = 0xABC0
     assert out["numba_words"] == expected
@@ -81,6 +84,18 @@ def test_argument_words_match_the_compiled_kernels_and_numbas_flattening(familie
     assert out["numba_bias_words"] == expected == [0, 0, 5, 4, 0xABC0, 5, 4]
     assert slots == [4, 13, 22]
     assert words[9:18] == [0, 0, 20, 4, 0, 4, 5, 20, 4]  # B: 4x5 float32
+
+
+def test_an_entry_without_its_name_or_parameter_records_is_refused():
+    with pytest.raises(StoreError, match="names no entry function"):
+        cubins.entry_parameters(b"\x7fELF", "ptxas info : Used 32 registers")
+    with pytest.raises(StoreError, match="not an ELF cubin"):
+        cubins.entry_parameters(b"PTX", "ptxas info    : Compiling entry function 'k' for 'sm_90'")
+    records = bytes([0x04, 0x17, 12, 0, *[0] * 4, 1, 0, 8, 0, *(8 << 18).to_bytes(4, "little"),
+                     0x03, 0x19, 8, 0, 0x02, 0x6D, 0, 0x01, 0x20, 0, 0])
+    assert list(cubins.nv_info_records(records)) == [
+        (0x17, bytes([0] * 4 + [1, 0, 8, 0]) + (8 << 18).to_bytes(4, "little")), (0x19, bytes([8, 0])),
+        (0x6D, bytes([0])), (0x20, b"")]
 
 
 class FakeDriver:

@@ -18,7 +18,7 @@ import autotune
 import autotune.store.records
 import kernels
 from autotune.call import front
-from autotune.call import launch
+from autotune.backends import launch
 from autotune.store import cubins
 from autotune.store import shapes
 from autotune.errors import RecordsError

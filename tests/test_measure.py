@@ -11,6 +11,7 @@ import kernels
 from autotune.measure.measurement import (
     cublas_gflops, cublas_matmul, error_bound, measure, random_inputs, reference, relative_error, time_launches, verify,
 )
+from autotune.measure.stored import StoredKernel, launched, stored_code
 from kernels.base import Kernel
 
 
@@ -77,6 +78,27 @@ def test_measure_times_only_verified_kernels(rng):
     assert good.verification.ok and good.timing.samples <= 3 and good.gflops > 0
     bad = measure(broken_kernel(skip_last_row=True), (5, 6, 7), rng, warmup=1, repeat=3)
     assert not bad.verification.ok and bad.timing is None and bad.gflops == 0
+
+
+def test_measuring_runs_the_stored_build_only_of_code_the_store_key_names(rng):
+    built, broken = kernels.build("naive", {"block_x": 8, "block_y": 8}, "float32"), broken_kernel()
+    assert stored_code(built) and not stored_code(broken)
+    assert launched(broken) is broken
+    assert isinstance(launched(built), StoredKernel) if ON_GPU else launched(built) is built  # the simulator: no cubins
+
+
+@pytest.mark.skipif(not ON_GPU, reason="cubins need a GPU")
+def test_a_build_is_compiled_once_for_every_shape_it_measures(rng, monkeypatch):
+    from autotune.store import cubins
+
+    builds = []
+    real = cubins.build
+    monkeypatch.setattr(cubins, "build", lambda key, root=None: builds.append(key) or real(key, root))
+    config = kernels.family("splitk").default
+    for shape in ((96, 80, 64), (200, 136, 72), (64, 64, 4096)):
+        result = measure(kernels.build_for("splitk", config, "float32", shape), shape, rng, warmup=1, repeat=3)
+        assert result.verification.ok and result.gflops > 0
+    assert len(builds) == 1 and len(list(cubins.directory().glob("*.cubin"))) == 1
 
 
 def test_time_launches_reports_quartiles():

@@ -53,7 +53,8 @@ def test_the_rules_load_without_numba():
 
 
 def test_the_call_path_loads_neither_numba_nor_the_families():
-    code = ("import sys; from autotune.call import front, launch; from autotune.store import cubins, shapes; "
+    code = ("import sys; from autotune.call import front; from autotune.backends import launch; "
+            "from autotune.store import cubins, shapes; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numba', 'kernels')))")
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout

@@ -12,7 +12,7 @@ from kernels.gemv import FEW_ROWS_TILES as GEMV_TILES
 from kernels.tf32x3 import FIRST_TILE as TF32X3_TILE
 from kernels.wgmma import FIRST_TILE as WGMMA_TILE
 from autotune.space.configs import (
-    DeviceLimits, GpuLimits, default_config, families_for, feasible_configs, infeasibility, sample_configs,
+    DeviceLimits, GpuLimits, default_config, families_for, feasible_configs, feasible_count, infeasibility, sample_configs,
 )
 from autotune.space.encoding import suggest, trial_params
 from kernels import dmma
@@ -80,6 +80,16 @@ def test_limits_cut_the_space():
     assert 0 < len(cut) < len(full)
     assert all(infeasibility("register", c, "float32", small) is None for c in cut)
     assert {"tpb": 32, "pad": 0} not in feasible_configs("shared", "float32", small)
+
+
+def test_a_tunes_goal_counts_feasible_configs_only_as_far_as_its_trials():
+    small = DeviceLimits(max_threads_per_block=256, max_shared_per_block=8 * 1024)
+    every = len(feasible_configs("shared", "float32", small)) + len(feasible_configs("register", "float32", small))
+    assert feasible_count(["shared", "register"], "float32", small, 10**9) == every
+    assert feasible_count(["shared", "register"], "float32", small, 5) == 5
+    started = time.perf_counter()
+    assert feasible_count(["vector", "splitk"], "float32", LIMITS, 40) == 40
+    assert time.perf_counter() - started < 5  # the vector space alone takes seconds to enumerate
 
 
 def test_float64_space_is_smaller_than_float32():

@@ -20,6 +20,7 @@ from autotune.backends import Device
 from dataclasses import replace
 from kernels.base import Config
 from autotune.tune.tuner import TuneError, TuneRequest, tune
+from autotune.tune.workers import Workers
 from autotune.space.problem import Problem
 from autotune.store.rows import Row
 from conftest import on
@@ -306,6 +307,31 @@ def test_one_worker_per_gpu_on_one_study():
     assert Cache().get(Problem("simulator", "float32", *SHAPE)).trials == result.trials
 
 
+def test_workers_are_kept_from_one_tune_to_the_next_and_a_dead_one_is_replaced(tmp_path):
+    """tune --recorded's workers: the same processes search the next product's study."""
+    pids, owners = [], []
+    with Workers([None, None], Cache().path.parent) as workers:
+        for shape in ((96, 80, 64), (48, 40, 32), (24, 20, 16)):
+            result = tune(TuneRequest(*shape, trials=4, families=["shared"], sampler="random", jobs=2), SlowReplay(),
+                          show_progress=False, workers=workers)
+            assert result.trials >= 4
+            pids.append([process.pid for process, _ in workers._workers])
+            owners.append({int(t.user_attrs["owner"].rsplit(":", 1)[1]) for t in load(result).trials
+                           if "owner" in t.user_attrs})
+            if len(pids) == 2:
+                workers._workers[0][0].kill()
+                workers._workers[0][0].join()
+    assert pids[0] == pids[1] and pids[2][0] != pids[1][0] and pids[2][1] == pids[1][1]
+    assert all(found and found <= set(ids) for found, ids in zip(owners, pids))
+    assert all(found is None for found in workers._workers)  # closed
+
+
+def test_workers_placed_otherwise_than_the_request_asks_are_refused():
+    with Workers([None, None, None], Cache().path.parent) as workers, pytest.raises(TuneError, match="placed as"):
+        tune(TuneRequest(*SHAPE, trials=2, families=["shared"], jobs=2), Replay(), show_progress=False,
+             workers=workers)
+
+
 def test_gpus_must_be_distinct_indices():
     with pytest.raises(TuneError, match="--gpus needs distinct GPU indices, got \\[0, 0\\]"):
         run(Replay(), gpus=[0, 0])
@@ -369,34 +395,24 @@ def test_every_family_module_is_in_the_registry_in_first_guess_order():
     assert list(kernels.FAMILIES) == [e.name for e in families] == ["wgmma", "dmma", "tf32x3", "vector", "splitk", "register", "streamk", "shared", "naive", "gemv"]
 
 
-class Forking(Replay):
-    """A measurer that forks as autotune.measure.isolation.Isolated does; each fork records its calls here."""
+class Locking(Replay):
+    """A measurer that records the lock each re-timing (a call with FINAL_LAUNCHES) holds."""
 
-    def __init__(self, root=None, **options):
+    def __init__(self, **options):
         super().__init__(**options)
-        self.root = root or self
-        self.forks, self.closed, self.locks = [], 0, []
-
-    def fork(self):
-        child = Forking(self.root, table=self.table, default=self.default)
-        self.root.forks.append(child)
-        return child
-
-    def close(self):
-        self.root.closed += 1
+        self.locks = []
 
     def __call__(self, kernel, shape, rng, warmup=3, repeat=20, lock=None):
         if repeat == FINAL_LAUNCHES:
-            self.root.locks.append(lock)
+            self.locks.append(lock)
         return super().__call__(kernel, shape, rng, warmup, repeat, lock)
 
 
-def test_finalists_are_retimed_at_once_by_forked_measurers_taking_turns_on_a_lock():
-    measurer = Forking(default=10.0)
+def test_finalists_are_retimed_in_the_tunes_measurer_holding_the_lock():
+    measurer = Locking(default=10.0)
     result = run(measurer, trials=5)
-    assert len(measurer.forks) == FINALISTS - 1 and all(len(f.calls) == 1 for f in measurer.forks)
     assert len(measurer.locks) == FINALISTS and len(set(measurer.locks)) == 1 and measurer.locks[0].endswith("measure.lock")
-    assert measurer.closed >= FINALISTS - 1 and result.written
+    assert len(measurer.calls) == 5 + FINALISTS and result.written
 
 
 def test_a_skinny_shape_starts_from_the_shape_rule(monkeypatch):

@@ -24,7 +24,7 @@ Kernels are written once, in Numba's CUDA dialect (kernels/: `Kernel.compile` tu
 dispatcher). A HIP backend for AMD GPUs (the seed's ROC example) would be one more module here
 with these functions on its device arrays, an entry in `_BACKENDS`, and a HIP target for
 `Kernel.compile`; nothing above this package branches on the backend. The fast call path
-(autotune.call.front with autotune.call.launch and autotune.store.cubins: cubins launched through the CUDA
+(autotune.call.front with autotune.backends.launch and autotune.store.cubins: cubins launched through the CUDA
 driver) is NVIDIA's alone; on another backend `matmul` goes through `autotune.call.dispatcher`, as it
 does under the simulator. `current()` picks the simulator when NUMBA_ENABLE_CUDASIM=1, else Numba
 CUDA.

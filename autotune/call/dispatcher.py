@@ -103,7 +103,7 @@ def _numba_stream(stream):
 
     if isinstance(stream, cuda.cudadrv.driver.Stream):
         return stream
-    from autotune.call import launch
+    from autotune.backends import launch
 
     return cuda.external_stream(launch.stream_handle(stream))
 

@@ -2,7 +2,7 @@
 
 On a real GPU, a call on device arrays reads each operand's pointer, shape, strides, dtype and
 device (autotune.call.operands), finds the plan built for those on the first such call, and launches
-it (autotune.call.launch) on the caller's stream: `stream` if given, else PyTorch's current stream for
+it (autotune.backends.launch) on the caller's stream: `stream` if given, else PyTorch's current stream for
 torch tensors, CuPy's for CuPy arrays, the default stream for others. It never waits for the GPU.
 A plan is built once per (shapes, strides, dtypes, devices): the checks run then, the config
 comes from the kernel store's memory of this shape or from `lookup`, the cubin from the store
@@ -38,7 +38,8 @@ from typing import Callable
 import numpy as np
 
 from autotune import backends
-from autotune.call import launch, recording
+from autotune.backends import launch
+from autotune.call import recording
 from autotune.call.operands import Operand, check_bias, check_product, dtype_name, kind_of, reader
 from autotune.call.options import WAIT_ENV, CallOptions  # noqa: F401  WAIT_ENV: tests set it here
 from autotune.errors import CaptureError, LaunchError, OperandError
@@ -48,7 +49,7 @@ from autotune.space.problem import Problem
 from autotune.store import background, cubins, shapes
 from autotune.store.recorded import FROM_STORE, Recorded
 from kernels.contract import Config
-from kernels.rules import Arch, adds_into_c, memory_shapes, peeled_rows
+from kernels.rules import Arch, adds_into_c, peeled_rows
 
 ENV = "MMTUNE_LAUNCH"  # "numba": launch through Numba's dispatcher, for debugging
 
@@ -288,17 +289,10 @@ def entry_plan(device: launch.GpuContext, entry: cubins.Entry, shape: tuple[int,
                layout: str = "NN") -> launch.Plan:
     """The launch plan of a stored kernel for a product of `shape` (M, N, K) in `layout` on
     `device`, the cubin loaded once per process."""
-    m, n, k = shape
     loaded = _loaded.get(entry.key)
     if loaded is None:
-        loaded = _loaded[entry.key] = launch.load(entry.cubin, entry.name, entry.dynamic_shared)
-    itemsize = np.dtype(dtype).itemsize
-    words, slots = launch.pack_arguments(memory_shapes(m, n, k, layout) + [(n,)] * entry.bias, itemsize)
-    zero = m * n * itemsize // 4 if entry.adds else 0
-    sms = device.attribute("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT") if entry.workers_per_sm else 0
-    grid = launch.grid_for(m, n, entry.tile, entry.splits, entry.workers_per_sm * sms)
-    blocks = launch.Blocks(grid, entry.block, zero)
-    return launch.Plan(loaded=loaded, dev=device, blocks=blocks, words=words, slots=slots)
+        loaded = _loaded[entry.key] = cubins.load(entry)
+    return cubins.plan(entry, loaded, device, shape, dtype, layout)
 
 
 def _refuse_during_capture(raw: int, shape: tuple[int, int, int], dtype: str, device: int) -> None:

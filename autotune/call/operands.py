@@ -80,7 +80,7 @@ def read_cai(x) -> Operand:
 def _pointer_device(pointer: int) -> int:
     """The ordinal of the device holding `pointer`: __cuda_array_interface__ does not say. An
     empty array has no memory (pointer 0): it counts as on the current device."""
-    from autotune.call.launch import current_device, pointer_device
+    from autotune.backends.launch import current_device, pointer_device
 
     return current_device() if pointer == 0 else pointer_device(pointer)
 

@@ -77,6 +77,7 @@ class Isolated:
         self.timeout_s = timeout_s
         self._process = None
         self._connection = None
+        self._ready = False
 
     def __call__(self, kernel, shape, rng, warmup=3, repeat=20, lock=None) -> Measurement:
         connection = self._child()
@@ -101,29 +102,32 @@ class Isolated:
             raise MeasureFailed(payload)
         return payload
 
-    def fork(self) -> "Isolated":
-        """Another measurer like this one, with its own child: measurements that compile in
-        parallel (and take turns on the GPU through their lock)."""
-        return Isolated(self.measure_fn, self.timeout_s)
-
     def start(self) -> None:
-        """Start the child now (importing numba and creating a CUDA context take seconds), so it
-        is ready when the first measurement comes."""
-        self._child()
+        """Start the child now, without waiting for it (importing numba and creating a CUDA context
+        take seconds), so it is ready when the first measurement comes."""
+        if self._process is None or not self._process.is_alive():
+            self._spawn()
 
     def _child(self):
-        if self._process is not None and self._process.is_alive():
-            return self._connection
+        if self._process is None or not self._process.is_alive():
+            self._spawn()
+        if not self._ready:
+            self._await_ready()
+        return self._connection
+
+    def _spawn(self) -> None:
         self.close()
         context = multiprocessing.get_context("spawn")  # a CUDA context must not be forked
         try:
             self._connection, child_end = context.Pipe()
             self._process = context.Process(target=_serve, args=(child_end, self.measure_fn), daemon=True)
             self._process.start()
-        except OSError as error:  # no memory, or no process left to start
+        except Exception as error:  # no memory, no process left, or a process that may not start one
             self.close()
-            raise InfrastructureFailure(f"the measuring process did not start ({error})") from None
+            raise InfrastructureFailure(f"the measuring process did not start ({type(error).__name__}: {error})") from None
         child_end.close()
+
+    def _await_ready(self) -> None:
         try:
             answer = self._connection.recv() if self._connection.poll(START_TIMEOUT_S) else (
                 "", f"no word from it within {START_TIMEOUT_S:g} s")
@@ -132,7 +136,7 @@ class Isolated:
         if answer != "ready":
             self.close()
             raise InfrastructureFailure(f"the measuring process did not start: {answer[1]}")
-        return self._connection
+        self._ready = True
 
     def _stop(self) -> int | None:
         """Wait for a child that is exiting by itself; return its exit code."""
@@ -156,7 +160,9 @@ class Isolated:
                 self._process.kill()
                 self._process.join()
         self._process = self._connection = None
+        self._ready = False
 
     def __getstate__(self):
         """Worker processes get the settings, not the child: each starts its own."""
-        return {"measure_fn": self.measure_fn, "timeout_s": self.timeout_s, "_process": None, "_connection": None}
+        return {"measure_fn": self.measure_fn, "timeout_s": self.timeout_s, "_process": None, "_connection": None,
+                "_ready": False}

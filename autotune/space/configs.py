@@ -6,10 +6,11 @@ architecture on the CPU to read the resources a config really uses.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from dataclasses import dataclass, fields
-from typing import Callable
+from typing import Callable, Iterator
 
 import kernels
 from autotune.space.precision import allows
@@ -80,9 +81,24 @@ def infeasibility(family: str, config: dict, dtype: str, limits: DeviceLimits) -
 
 
 def feasible_configs(family: str, dtype: str, limits: DeviceLimits) -> list[dict]:
+    return list(_feasible(family, dtype, limits))
+
+
+def feasible_count(families: list[str], dtype: str, limits: DeviceLimits, at_most: int) -> int:
+    """How many feasible configs the families hold, counted no further than `at_most`: a tune's
+    goal is its trials, or the whole space where that is smaller, and a space may hold hundreds of
+    thousands of configs, which take seconds to enumerate."""
+    found = itertools.chain.from_iterable(_feasible(family, dtype, limits) for family in families)
+    return sum(1 for _ in itertools.islice(found, at_most))
+
+
+def _feasible(family: str, dtype: str, limits: DeviceLimits) -> Iterator[dict]:
     entry, cc = kernels.family(family), getattr(limits, "cc", "")
-    return [c for c in all_configs(entry.space)
-            if entry.restrict(c, dtype, limits) is None and arch_infeasibility(family, c, dtype, cc) is None]
+    names = list(entry.space)
+    for values in itertools.product(*entry.space.values()):
+        config = dict(zip(names, values))
+        if entry.restrict(config, dtype, limits) is None and arch_infeasibility(family, config, dtype, cc) is None:
+            yield config
 
 
 def families_for(dtype: str, cc: str | None = None, m: int | None = None, precision: str | None = None) -> list[str]:

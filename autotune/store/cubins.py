@@ -30,11 +30,17 @@ from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from importlib.util import find_spec
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from autotune.errors import StoreError
 from autotune.store.paths import store_directory, write_atomically
 from kernels import FAMILIES_VARIABLE, Config, outside_families
-from kernels.rules import Arch, adds_into_c, offset_bits_for, unaligned_for
+from kernels.rules import Arch, adds_into_c, memory_shapes, offset_bits_for, unaligned_for
+
+if TYPE_CHECKING:
+    from autotune.backends import launch
 
 FORMAT = 2  # 2: cubins link-time optimized, as cuda.jit builds them (1: linked from PTX)
 
@@ -268,12 +274,11 @@ def build(key: BuildKey, root: Path | None = None) -> Entry:
         kernel = kernel.with_bias() if key.bias else kernel
         code = ltoir(kernel, cc)
         cubin, log = link(code, cc, family)
-        text = link(code, cc, family, output="ptx")[0].decode()  # names the entry the cubin holds
     except Exception as error:  # NVVM, nvJitLink and Numba's typing raise many kinds
         raise StoreError(f"{key.config} does not compile for {key.arch.sm}: {error}") from None
-    name, params = entry_parameters(text)
+    name, params = entry_parameters(cubin, log)
     words = argument_words(key.bias)
-    if len(params) != words or any(p != ".u64" for p in params):
+    if params != [8] * words:
         raise StoreError(f"{family} kernel takes parameters {params}, not the {words} 8-byte words of "
                          f"{arguments(key.bias)}")
     resources = parse_report(log, cc)
@@ -287,12 +292,55 @@ def build(key: BuildKey, root: Path | None = None) -> Entry:
     return Entry(entry_key(parts), header, cubin)
 
 
-def entry_parameters(ptx_text: str) -> tuple[str, list[str]]:
-    """(entry name, parameter types) of the one `.entry` in a module's PTX."""
-    match = re.search(r"\.entry\s+(\S+)\s*\((.*?)\)", ptx_text, re.S)
+def entry_parameters(cubin: bytes, log: str) -> tuple[str, list[int]]:
+    """(entry name, parameter sizes in bytes) of the one kernel in a cubin: the name from the
+    assembler's report (`link`'s log), the sizes from the cubin's `.nv.info.<entry>` section, whose
+    parameter records (EIATTR_KPARAM_INFO) say each parameter's ordinal and size."""
+    match = re.search(r"Compiling entry function '([^']+)'", log)
     if match is None:
-        raise StoreError("no .entry in the kernel's PTX")
-    return match.group(1), re.findall(r"\.param\s+(\.\w+)", match.group(2))
+        raise StoreError("the assembler's report names no entry function")
+    name = match.group(1)
+    info = elf_sections(cubin).get(f".nv.info.{name}")
+    if info is None:
+        raise StoreError(f"the cubin has no parameter records for {name[:40]}...")
+    sizes = {}
+    for attribute, value in nv_info_records(info):
+        if attribute == KPARAM_INFO:
+            ordinal, flags = struct.unpack_from("<H", value, 4)[0], struct.unpack_from("<I", value, 8)[0]
+            sizes[ordinal] = (flags >> 18) & 0x3FFF
+    return name, [sizes[i] for i in sorted(sizes)]
+
+
+KPARAM_INFO = 0x17  # an nv.info attribute: (index u32, ordinal u16, offset u16, flags u32: size in bits 18-31)
+SIZED = 0x04  # an nv.info record format: a u16 length, then that many bytes
+
+
+def nv_info_records(info: bytes):
+    """(attribute, value bytes) of an nv.info section's records (format u8, attribute u8, value):
+    sized values carry their length; others are a half-word, a byte or nothing (formats 3, 2, 1)."""
+    at = 0
+    while at + 2 <= len(info) and info[at]:
+        form, attribute = info[at], info[at + 1]
+        at += 2
+        length = struct.unpack_from("<H", info, at)[0] + 2 if form == SIZED else {3: 2, 2: 1}.get(form, 0)
+        yield attribute, info[at + 2:at + length] if form == SIZED else info[at:at + length]
+        at += length
+
+
+def elf_sections(image: bytes) -> dict[str, bytes]:
+    """The sections of a 64-bit little-endian ELF file (a cubin), by name."""
+    if image[:4] != b"\x7fELF":
+        raise StoreError("the linker's output is not an ELF cubin")
+    (table,) = struct.unpack_from("<Q", image, 0x28)
+    entry_size, count, names_index = struct.unpack_from("<HHH", image, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQ", image, table + i * entry_size) for i in range(count)]
+    names = headers[names_index][4]
+
+    def name(offset: int) -> str:
+        start = names + offset
+        return image[start:image.index(b"\0", start)].decode()
+
+    return {name(h[0]): image[h[4]:h[4] + h[5]] for h in headers}
 
 
 def stored(key: BuildKey, root: Path | None = None) -> Entry | None:
@@ -310,3 +358,26 @@ def get(key: BuildKey, root: Path | None = None) -> Entry:
         except OSError as error:
             warnings.warn(f"mmtune: cannot write to the kernel store: {error}", stacklevel=2)
     return entry
+
+
+def load(entry: Entry) -> launch.LoadedKernel:
+    """The entry's kernel, loaded through the CUDA driver (once per process: the caller keeps it)."""
+    from autotune.backends import launch
+
+    return launch.load(entry.cubin, entry.name, entry.dynamic_shared)
+
+
+def plan(entry: Entry, loaded: launch.LoadedKernel, device: launch.GpuContext, shape: tuple[int, int, int],
+         dtype: str, layout: str = "NN") -> launch.Plan:
+    """The launch of the entry's `loaded` kernel on `device` for a product of `shape` (M, N, K) in
+    `layout`: its grid, its argument words, and the words of C to zero first where it adds into C."""
+    from autotune.backends import launch
+
+    m, n, k = shape
+    itemsize = np.dtype(dtype).itemsize
+    words, slots = launch.pack_arguments(memory_shapes(m, n, k, layout) + [(n,)] * entry.bias, itemsize)
+    zero = m * n * itemsize // 4 if entry.adds else 0
+    sms = device.attribute("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT") if entry.workers_per_sm else 0
+    grid = launch.grid_for(m, n, entry.tile, entry.splits, entry.workers_per_sm * sms)
+    return launch.Plan(loaded=loaded, dev=device, blocks=launch.Blocks(grid, entry.block, zero), words=words,
+                       slots=slots)

@@ -7,7 +7,6 @@ stopped: a rerun re-times only the finalists without a result for today's code.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
@@ -62,27 +61,13 @@ class Retiming:
 
 
 def retime(retiming: Retiming, measurer, seed: int | None) -> None:
-    """Re-time every pending finalist, keeping each result in the study as it comes. A measurer
-    that can `fork` (autotune.measure.isolation.Isolated) re-times them at once, one child each: they
-    compile in parallel and time one at a time, holding the lock."""
+    """Re-time every pending finalist, one after the other in `measurer` (its child process is
+    ready and, on a GPU, each finalist's build is in the kernel store since its trial), holding
+    the lock while timing; each result is kept in the study as it comes."""
     study = retiming.study
-    configs = pending(study)
-    fork = getattr(measurer, "fork", None)
-    measurers = [measurer] + ([fork() for _ in configs[1:]] if fork else [])
     trials = len(study.get_trials(deepcopy=False))
-    jobs = [(config, measurers[i % len(measurers)], np.random.default_rng([seed or 0, trials, 1, i]))
-            for i, config in enumerate(configs)]
-    try:
-        if len(measurers) == 1:
-            for job in jobs:
-                _retime_one(retiming, *job)
-        else:
-            with ThreadPoolExecutor(len(measurers)) as pool:
-                for done in [pool.submit(_retime_one, retiming, *job) for job in jobs]:
-                    done.result()
-    finally:
-        for forked in measurers[1:]:
-            forked.close()
+    for i, config in enumerate(pending(study)):
+        _retime_one(retiming, config, measurer, np.random.default_rng([seed or 0, trials, 1, i]))
 
 
 def _retime_one(retiming: Retiming, config: Config, measurer, rng) -> None:

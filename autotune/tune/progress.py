@@ -3,7 +3,6 @@ that counts the finalists still to re-time."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 import optuna
@@ -25,7 +24,6 @@ class Progress:
         self.task = self.bar.add_task("tune", total=total + finalists, completed=done, phase="tuning", status="")
         self.deadline = time.monotonic() + timeout if timeout else None
         self.retimed = 0
-        self.lock = threading.Lock()
 
     def __enter__(self):
         self.bar.__enter__()
@@ -50,9 +48,8 @@ class Progress:
         self.bar.update(self.task, completed=min(len(measured), self.total), status=status)
 
     def retiming(self) -> None:
-        """One more finalist re-timed (called from the finalists' threads)."""
-        with self.lock:
-            self.retimed += 1
+        """One more finalist re-timed."""
+        self.retimed += 1
         self.bar.update(self.task, completed=self.total + self.retimed, phase="re-timing finalists")
 
     def eta(self, measured: int) -> str:

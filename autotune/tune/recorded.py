@@ -18,13 +18,15 @@ from pathlib import Path
 import kernels
 from autotune import backends
 from autotune.errors import MmtuneError, TuneError
+from autotune.measure.isolation import Isolated
 from autotune.space.precision import allows
 from autotune.store import recorded
 from autotune.store.cache import Cache
 from autotune.store.recorded import Recorded
 from autotune.store.records import shipped_rows
 from autotune.store.rows import stale
-from autotune.tune.tuner import TuneRequest, TuneResult, tune
+from autotune.tune.tuner import TuneRequest, TuneResult, isolated_measurer, placement, tune
+from autotune.tune.workers import Workers
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,26 @@ def tune_recorded(asked: RecordedTuning, show_progress: bool = True) -> Iterator
 
 
 def _tune_each(asked: RecordedTuning, products: list[Recorded], cache: Cache, show_progress: bool) -> Iterator[Outcome]:
+    """One set of worker processes and one measurer serve every product's tune: they start once,
+    and keep their CUDA contexts and measuring children from one product to the next."""
+    measurer = isolated_measurer(asked.how)
+    try:
+        with Workers(placement(asked.how), cache.path.parent) as workers:
+            yield from _tune_with(asked, products, cache, Tuning(measurer, workers, show_progress))
+    finally:
+        measurer.close()
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """What every product's tune shares."""
+
+    measurer: Isolated
+    workers: Workers
+    show_progress: bool
+
+
+def _tune_with(asked: RecordedTuning, products: list[Recorded], cache: Cache, tuning: Tuning) -> Iterator[Outcome]:
     total = len(products)
     for index, product in enumerate(products, 1):
         if has_exact_row(product, cache):
@@ -101,7 +123,8 @@ def _tune_each(asked: RecordedTuning, products: list[Recorded], cache: Cache, sh
             continue
         yield Outcome(product, index, total, "tuning")
         try:
-            result = tune(request_for(asked.how, product), show_progress=show_progress)
+            result = tune(request_for(asked.how, product), tuning.measurer, show_progress=tuning.show_progress,
+                          workers=tuning.workers)
         except MmtuneError as error:
             yield Outcome(product, index, total, "failed", reason=str(error))
             continue

@@ -23,7 +23,7 @@ from autotune import backends
 from autotune.errors import StoreError, TuneError
 from autotune.measure.isolation import Isolated
 from autotune.measure.measurement import measure
-from autotune.space.configs import FAMILY_NAMES, device_limits, families_for, feasible_configs, runs_on
+from autotune.space.configs import FAMILY_NAMES, device_limits, families_for, feasible_count, runs_on
 from autotune.space.precision import PRECISIONS
 from autotune.space.precision import resolve as resolve_precision
 from autotune.space.problem import Problem
@@ -35,7 +35,7 @@ from autotune.tune.progress import Progress
 from autotune.tune.samplers import SamplerError, make_sampler
 from autotune.tune.storage import masked, open_storage, storage_errors, storage_spec
 from autotune.tune.study import SpaceMismatch, WarmStart, measured_trials, open_study, study_name
-from autotune.tune.workers import Measurer, Search, StudyRun, WorkersDied, close_measurer, run_workers
+from autotune.tune.workers import Measurer, Search, StudyRun, Workers, WorkersDied, close_measurer
 
 MAX_DEFAULT_JOBS = 16  # each worker holds a CUDA context and a measuring child with another
 #: host memory a worker process and its measuring child take together: each imports numba, optuna
@@ -217,7 +217,7 @@ class TuneResult:
 
 
 def tune(request: TuneRequest, measurer: Measurer | None = None, cache_path: Path | str | None = None,
-         show_progress: bool = True) -> TuneResult:
+         show_progress: bool = True, workers: Workers | None = None) -> TuneResult:
     """Run or resume the study for (this device, dtype, M, N, K, layout) until it holds `trials` measured
     trials (or `timeout` seconds pass), then re-time the best and write the winner to the cache.
     With jobs > 1, that many worker processes share the study and the GPU: they compile in
@@ -225,20 +225,36 @@ def tune(request: TuneRequest, measurer: Measurer | None = None, cache_path: Pat
     one model), each GPU with its own measuring lock. By default each trial is measured in a child
     process (autotune.measure.isolation), so a kernel that faults or runs past `trial_timeout` seconds
     fails its trial and nothing else. A storage server lost on the way is one StorageError; a
-    rerun resumes the study."""
+    rerun resumes the study. `workers` (placed as `placement` says) are kept by the caller for
+    several tunes; by default the workers start here and stop at the end. A measurer passed in is
+    the caller's to close."""
     with storage_errors(request.storage or ""):
-        return _tune(request, measurer, cache_path, show_progress)
+        return _tune(request, measurer, cache_path, show_progress, workers)
+
+
+def isolated_measurer(request: TuneRequest) -> Isolated:
+    """The default measurer: each trial in a child process, failed after `trial_timeout` seconds."""
+    return Isolated(measure, request.trial_timeout)
+
+
+def placement(request: TuneRequest) -> list[int | None]:
+    """Where a tune's worker processes run: `jobs` on each GPU asked for, or on the current one;
+    none (the search runs in this process) for one job on the current GPU."""
+    if request.jobs == 1 and not request.gpus:
+        return []
+    return [gpu for gpu in (request.gpus or [None]) for _ in range(request.jobs)]
 
 
 def _tune(request: TuneRequest, measurer: Measurer | None, cache_path: Path | str | None,
-          show_progress: bool) -> TuneResult:
+          show_progress: bool, workers: Workers | None) -> TuneResult:
     request.check()
     backends.require_gpu()
     request.check_fits()
     started = time.perf_counter()
     device, limits, cache = backends.current().device(), device_limits(), Cache(cache_path)
     cache.check_writable()  # before the search whose end is a write
-    measurer = measurer or Isolated(measure, request.trial_timeout)
+    ours = measurer is None
+    measurer = measurer or isolated_measurer(request)
     request = replace(request, families=request.families_on(device.cc), precision=request.precision_on(device.cc))
     problem = Problem(device=device.name, dtype=request.dtype, m=request.m, n=request.n, k=request.k,
                       layout=request.layout, precision=request.precision)
@@ -254,9 +270,9 @@ def _tune(request: TuneRequest, measurer: Measurer | None, cache_path: Path | st
         except (SamplerError, SpaceMismatch) as error:
             raise TuneError(str(error)) from None
         before = len(measured_trials(study))
-        feasible = sum(len(feasible_configs(f, request.dtype, limits)) for f in request.families)
-        run = StudyRun(name=name, spec=spec, sampler=request.sampler, seed=request.seed,
-                       goal=min(request.trials, feasible), timeout=request.timeout)
+        goal = feasible_count(request.families, request.dtype, limits, request.trials)
+        run = StudyRun(name=name, spec=spec, sampler=request.sampler, seed=request.seed, goal=goal,
+                       timeout=request.timeout)
         with Progress(enabled=show_progress, done=before, total=run.goal, timeout=request.timeout,
                       finalists=finalists.FINALISTS) as progress:
             if before < run.goal:
@@ -264,13 +280,18 @@ def _tune(request: TuneRequest, measurer: Measurer | None, cache_path: Path | st
                     getattr(measurer, "start", lambda: None)()  # ready for the finalists when the workers end
                 search = Search(shape=request.shape, dtype=request.dtype, families=request.families, seed=request.seed,
                                 limits=limits, measurer=measurer, lock=None, layout=request.layout)
-                _search(request, search, run, study, cache.path.parent, progress)
+                if workers is not None:
+                    _search(request, search, run, study, progress, workers)
+                else:
+                    with Workers(placement(request), cache.path.parent) as made:
+                        _search(request, search, run, study, progress, made)
             lock = str(cache.path.parent / "measure.lock")
             finalists.retime(finalists.Retiming(study, problem, lock, progress.retiming), measurer, request.seed)
         row = finalists.winner_row(study, problem, device)
     finally:
         optuna.logging.set_verbosity(verbosity)
-        close_measurer(measurer)
+        if ours:
+            close_measurer(measurer)
     measured = measured_trials(study)
     written = False
     if row is not None:
@@ -301,12 +322,14 @@ def _keep_kernel(row: Row, rivals: tuple[Row, ...]) -> None:
         warnings.warn(f"mmtune: the kernel was not kept in the kernel store: {error}", stacklevel=2)
 
 
-def _search(request: TuneRequest, search: Search, run: StudyRun, study, lock_dir: Path, progress: Progress) -> None:
-    if request.jobs == 1 and not request.gpus:
+def _search(request: TuneRequest, search: Search, run: StudyRun, study, progress: Progress, workers: Workers) -> None:
+    if not workers.placement:
         search.run(study, run.goal, run.timeout, [progress.update])
         return
-    placement = [gpu for gpu in (request.gpus or [None]) for _ in range(request.jobs)]
+    if workers.placement != placement(request):
+        raise TuneError(f"the workers are placed as {workers.placement}, not as --jobs and --gpus ask "
+                        f"({placement(request)})")
     try:
-        run_workers(search, run, placement, lock_dir, study, progress)
+        workers.run(search, run, study, progress)
     except WorkersDied as error:
         raise TuneError(str(error)) from None

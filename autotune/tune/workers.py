@@ -8,6 +8,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -27,7 +28,9 @@ MEASURING = "measuring"  # user attribute of a trial past its pruning and repeat
 PROPOSALS_PER_TRIAL = 50  # give up if the sampler keeps proposing infeasible or measured configs
 #: trials failed in a row for the machinery's sake (errors.InfrastructureFailure) that stop a search
 INFRASTRUCTURE_LIMIT = 3
-INFRASTRUCTURE_EXIT = 3  # a worker process's exit status when they stopped it
+#: a worker's outcome of one search: it searched, its storage failed, the machinery's failures stopped it
+SEARCHED, STORAGE_EXIT, INFRASTRUCTURE_EXIT = 0, 2, 3
+CLOSE_TIMEOUT_S = 10  # for workers told to stop, before they are killed
 
 #: measure(kernel, shape, rng, repeat=..., lock=...) -> Measurement; by default autotune.measure.measurement.measure
 #: in an isolated child process; tests pass one that replays recorded results
@@ -138,11 +141,28 @@ class StudyRun:
     timeout: float | None
 
 
-def _work(search: Search, run: StudyRun, gpu: int | None = None) -> None:
-    """A worker process: its own CUDA context (on `gpu`, if given), the shared study."""
+def _serve(connection, gpu: int | None) -> None:
+    """A worker process: its own CUDA context (on `gpu`, if given) and measurer, kept from one
+    search to the next; each search's outcome (SEARCHED, STORAGE_EXIT or INFRASTRUCTURE_EXIT)
+    goes back to the parent."""
     if gpu is not None:  # before CUDA is initialized in this process (and its measuring child)
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
+    measurer = None
+    try:
+        while (job := connection.recv()) is not None:
+            search, run = job
+            if not _same_measurer(measurer, search.measurer):
+                close_measurer(measurer)
+                measurer = search.measurer
+            connection.send(_search_once(replace(search, measurer=measurer), run))
+    except EOFError:  # the parent is gone
+        pass
+    finally:
+        close_measurer(measurer)
+
+
+def _search_once(search: Search, run: StudyRun) -> int:
     chosen = make_sampler(run.sampler, run.seed, search.dtype, search.limits)
     try:
         with storage_errors(run.spec):
@@ -150,11 +170,19 @@ def _work(search: Search, run: StudyRun, gpu: int | None = None) -> None:
             search.run(study, run.goal, run.timeout)
     except StorageError as error:  # one line (its URL masked), not a worker's traceback
         sys.stderr.write(f"worker {os.getpid()}: {error}\n")
-        sys.exit(2)
+        return STORAGE_EXIT
     except InfrastructureFailure:  # the parent says it, once, from the study
-        sys.exit(INFRASTRUCTURE_EXIT)
-    finally:
-        close_measurer(search.measurer)
+        return INFRASTRUCTURE_EXIT
+    return SEARCHED
+
+
+def _same_measurer(kept, offered) -> bool:
+    """Whether a worker's measurer measures as the one a new search brings (an isolated one then
+    keeps its measuring child)."""
+    if kept is None or type(kept) is not type(offered):
+        return False
+    state = getattr(kept, "__getstate__", None)
+    return state is not None and state() == offered.__getstate__()
 
 
 def close_measurer(measurer) -> None:
@@ -164,28 +192,88 @@ def close_measurer(measurer) -> None:
         close()
 
 
-def run_workers(search: Search, run: StudyRun, placement: list, lock_dir, study: optuna.Study, progress) -> None:
-    """One worker process per entry of `placement` (a GPU index, or None for the current GPU),
-    each seeded apart."""
-    context = multiprocessing.get_context("spawn")  # a CUDA context must not be forked
-    workers = []
-    for i, gpu in enumerate(placement):
-        lock = str(lock_dir / ("measure.lock" if gpu is None else f"measure-gpu{gpu}.lock"))
-        seeded = replace(run, seed=None if run.seed is None else run.seed + i)
-        workers.append(context.Process(target=_work, args=(replace(search, lock=lock), seeded, gpu)))
-    for worker in workers:
-        worker.start()
-    while any(worker.is_alive() for worker in workers):
-        time.sleep(0.5)
+class Workers:
+    """Search processes, one per entry of `placement` (a GPU index, or None for the current GPU),
+    each seeded apart, sharing a study and their GPU's measuring lock in `lock_dir`. They are kept
+    from one search to the next with their CUDA contexts and measuring children, so the products
+    of `mmtune tune --recorded` after the first start searching at once; a worker that died is
+    replaced at the next search."""
+
+    def __init__(self, placement: list, lock_dir):
+        self.placement, self.lock_dir = list(placement), Path(lock_dir)
+        self._workers: list = [None] * len(self.placement)  # (process, connection) each
+
+    def run(self, search: Search, run: StudyRun, study: optuna.Study, progress) -> None:
+        """Every worker searches `study` until it holds `run.goal` measured trials (or time is up)."""
+        for i, gpu in enumerate(self.placement):
+            lock = str(self.lock_dir / ("measure.lock" if gpu is None else f"measure-gpu{gpu}.lock"))
+            seeded = replace(run, seed=None if run.seed is None else run.seed + i)
+            self._connection(i).send((replace(search, lock=lock), seeded))
+        outcomes: dict[int, int | None] = {}
+        while len(outcomes) < len(self.placement):
+            time.sleep(0.5)
+            progress.show(study)
+            for i in set(range(len(self.placement))) - set(outcomes):
+                outcome = self._outcome(i)
+                if outcome is not False:
+                    outcomes[i] = outcome
         progress.show(study)
-    progress.show(study)
-    if any(w.exitcode == INFRASTRUCTURE_EXIT for w in workers):
-        failed = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-        last = [t.user_attrs[INFRASTRUCTURE] for t in failed if INFRASTRUCTURE in t.user_attrs]
-        raise stopped_by_infrastructure(study, last[-1] if last else "unknown")
-    crashed = [w.exitcode for w in workers if w.exitcode]
-    if crashed:
-        raise WorkersDied(f"{len(crashed)} worker process(es) died (exit codes {crashed}); the study keeps their trials")
+        if INFRASTRUCTURE_EXIT in outcomes.values():
+            failed = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+            last = [t.user_attrs[INFRASTRUCTURE] for t in failed if INFRASTRUCTURE in t.user_attrs]
+            raise stopped_by_infrastructure(study, last[-1] if last else "unknown")
+        crashed = [code for code in outcomes.values() if code != SEARCHED]
+        if crashed:
+            raise WorkersDied(f"{len(crashed)} worker process(es) died (exit codes {crashed}); the study keeps their "
+                              "trials")
+
+    def _connection(self, i: int):
+        found = self._workers[i]
+        if found is None or not found[0].is_alive():
+            context = multiprocessing.get_context("spawn")  # a CUDA context must not be forked
+            ours, theirs = context.Pipe()
+            # not a daemon: a worker starts measuring children of its own (close() stops it)
+            process = context.Process(target=_serve, args=(theirs, self.placement[i]))
+            process.start()
+            theirs.close()
+            found = self._workers[i] = (process, ours)
+        return found[1]
+
+    def _outcome(self, i: int):
+        """Worker i's outcome of its search; its exit code if it died; False while it searches."""
+        process, connection = self._workers[i]
+        try:
+            if connection.poll():
+                return connection.recv()
+        except (EOFError, OSError):
+            pass
+        if process.is_alive():
+            return False
+        process.join()
+        self._workers[i] = None
+        return process.exitcode
+
+    def close(self) -> None:
+        """Stop every worker (each stops its measuring child); kill those still busy after 10 s."""
+        found = [worker for worker in self._workers if worker is not None]
+        for _, connection in found:
+            try:
+                connection.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+        deadline = time.monotonic() + CLOSE_TIMEOUT_S
+        for process, _ in found:
+            process.join(max(deadline - time.monotonic(), 0))
+            if process.is_alive():
+                process.kill()
+                process.join()
+        self._workers = [None] * len(self.placement)
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def _measure_trial(trial, measurer, kernel, shape, rng, lock=None) -> float:
