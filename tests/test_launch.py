@@ -30,13 +30,15 @@ from autotune.backends import launch
 from autotune.store import cubins
 from numba.cuda import dispatcher, types
 out = {"params": {}}
-def parameters(kernel, family):
-    return cubins.entry_parameters(*link(ltoir(kernel, (9, 0, "a")), (9, 0, "a"), family))[1]
+def parameters(kernel, family, cc=(9, 0, "a")):
+    return cubins.entry_parameters(*link(ltoir(kernel, cc), cc, family))[1]
 for family in sys.argv[1:]:
     dtype = "float64" if family == "dmma" else "float32"
     kernel = kernels.build(family, kernels.family(family).default, dtype)
     out["params"][family] = parameters(kernel, family)
     out["params"][family + " with a bias"] = parameters(kernel.with_bias(), family)
+    if family != "wgmma":  # sm_80's cubins order their records otherwise
+        out["params"][family + " for sm_80"] = parameters(kernel, family, (8, 0))
 
 # Numba's own flattening of one float32[:, ::1] argument, with the device array faked
 class Layout:
@@ -91,11 +93,13 @@ def test_an_entry_without_its_name_or_parameter_records_is_refused():
         cubins.entry_parameters(b"\x7fELF", "ptxas info : Used 32 registers")
     with pytest.raises(StoreError, match="not an ELF cubin"):
         cubins.entry_parameters(b"PTX", "ptxas info    : Compiling entry function 'k' for 'sm_90'")
-    records = bytes([0x04, 0x17, 12, 0, *[0] * 4, 1, 0, 8, 0, *(8 << 18).to_bytes(4, "little"),
-                     0x03, 0x19, 8, 0, 0x02, 0x6D, 0, 0x01, 0x20, 0, 0])
+    size_8 = (8 << 18).to_bytes(4, "little")
+    records = bytes([0x04, 0x17, 12, 0, *[0] * 4, 1, 0, 8, 0, *size_8, 0x01, 0x35, 0, 0, 0x03, 0x19, 8, 0,
+                     0x02, 0x6D, 0, 0])
     assert list(cubins.nv_info_records(records)) == [
-        (0x17, bytes([0] * 4 + [1, 0, 8, 0]) + (8 << 18).to_bytes(4, "little")), (0x19, bytes([8, 0])),
-        (0x6D, bytes([0])), (0x20, b"")]
+        (0x17, bytes([0] * 4 + [1, 0, 8, 0]) + size_8), (0x35, bytes(2)), (0x19, bytes([8, 0])), (0x6D, bytes(2))]
+    with pytest.raises(ValueError, match="runs past"):
+        list(cubins.nv_info_records(bytes([0x04, 0x17, 12, 0, 0, 0])))
 
 
 class FakeDriver:

@@ -326,6 +326,34 @@ def test_workers_are_kept_from_one_tune_to_the_next_and_a_dead_one_is_replaced(t
     assert all(found is None for found in workers._workers)  # closed
 
 
+class Interrupted:
+    """A progress display that fails at its second redraw, as a lost storage would."""
+
+    def __init__(self):
+        self.shown = 0
+
+    def show(self, study):
+        self.shown += 1
+        if self.shown == 2:
+            raise RuntimeError("storage lost")
+
+
+def test_workers_whose_search_is_abandoned_are_stopped_so_the_next_search_is_not_answered_by_it():
+    from autotune.tune.workers import Search, StudyRun
+    from autotune.tune.storage import open_storage
+
+    spec = str(Cache().path.parent / "studies.journal")
+    optuna.create_study(study_name="abandoned", storage=open_storage(spec), direction="maximize")
+    study = optuna.load_study(study_name="abandoned", storage=open_storage(spec))
+    search = Search(shape=SHAPE, dtype="float32", families=["shared"], seed=0, limits=DeviceLimits(),
+                    measurer=SlowReplay(), lock=None)
+    run = StudyRun(name="abandoned", spec=spec, sampler="random", seed=0, goal=6, timeout=None)
+    with Workers([None, None], Cache().path.parent) as workers:
+        with pytest.raises(RuntimeError, match="storage lost"):
+            workers.run(search, run, study, Interrupted())
+        assert workers._workers == [None, None]  # stopped, not left searching
+
+
 def test_workers_placed_otherwise_than_the_request_asks_are_refused():
     with Workers([None, None, None], Cache().path.parent) as workers, pytest.raises(TuneError, match="placed as"):
         tune(TuneRequest(*SHAPE, trials=2, families=["shared"], jobs=2), Replay(), show_progress=False,

@@ -90,8 +90,6 @@ class Served:
 
 _plans: dict[tuple, CallPlan] = MEMOS.table("call.plans")
 _readers: dict[type, tuple] = MEMOS.table("call.readers")  # type -> (kind, reader)
-#: store key -> its cubin, loaded once per process: a resource, not a memo (autotune.clear keeps it)
-_loaded: dict[str, launch.LoadedKernel] = {}
 _identities: dict[int, backends.Device] = MEMOS.table("call.identities")  # ordinal -> the GPU as lookup knows it
 _build_lock = threading.Lock()
 
@@ -289,10 +287,7 @@ def entry_plan(device: launch.GpuContext, entry: cubins.Entry, shape: tuple[int,
                layout: str = "NN") -> launch.Plan:
     """The launch plan of a stored kernel for a product of `shape` (M, N, K) in `layout` on
     `device`, the cubin loaded once per process."""
-    loaded = _loaded.get(entry.key)
-    if loaded is None:
-        loaded = _loaded[entry.key] = cubins.load(entry)
-    return cubins.plan(entry, loaded, device, shape, dtype, layout)
+    return cubins.plan(entry, cubins.load(entry), device, shape, dtype, layout)
 
 
 def _refuse_during_capture(raw: int, shape: tuple[int, int, int], dtype: str, device: int) -> None:

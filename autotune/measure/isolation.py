@@ -109,9 +109,9 @@ class Isolated:
             self._spawn()
 
     def _child(self):
-        if self._process is None or not self._process.is_alive():
+        if self._process is None or (self._ready and not self._process.is_alive()):
             self._spawn()
-        if not self._ready:
+        if not self._ready:  # one `start` began, or just spawned: its word, or why it ended
             self._await_ready()
         return self._connection
 

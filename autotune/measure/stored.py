@@ -49,6 +49,8 @@ class StoredKernel:
         self._plans: dict[tuple, launch.Plan] = {}
 
     def __getattr__(self, name: str):  # family, config, dtype, layout, ...: the build's
+        if "kernel" not in self.__dict__:
+            raise AttributeError(name)
         return getattr(self.__dict__["kernel"], name)
 
     @property

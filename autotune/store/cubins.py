@@ -300,15 +300,20 @@ def entry_parameters(cubin: bytes, log: str) -> tuple[str, list[int]]:
     if match is None:
         raise StoreError("the assembler's report names no entry function")
     name = match.group(1)
-    info = elf_sections(cubin).get(f".nv.info.{name}")
-    if info is None:
-        raise StoreError(f"the cubin has no parameter records for {name[:40]}...")
-    sizes = {}
-    for attribute, value in nv_info_records(info):
-        if attribute == KPARAM_INFO:
-            ordinal, flags = struct.unpack_from("<H", value, 4)[0], struct.unpack_from("<I", value, 8)[0]
-            sizes[ordinal] = (flags >> 18) & 0x3FFF
-    return name, [sizes[i] for i in sorted(sizes)]
+    try:
+        info = elf_sections(cubin).get(f".nv.info.{name}")
+        if info is None:
+            raise StoreError(f"the cubin has no parameter records for {name[:40]}...")
+        sizes = {}
+        for attribute, value in nv_info_records(info):
+            if attribute == KPARAM_INFO:
+                (ordinal,), (flags,) = struct.unpack_from("<H", value, 4), struct.unpack_from("<I", value, 8)
+                sizes[ordinal] = (flags >> 18) & 0x3FFF
+    except (struct.error, IndexError, ValueError) as error:
+        raise StoreError(f"the cubin's parameter records do not read: {error}") from None
+    if sorted(sizes) != list(range(len(sizes))):
+        raise StoreError(f"the cubin's parameter records skip ordinals: {sorted(sizes)}")
+    return name, [sizes[i] for i in range(len(sizes))]
 
 
 KPARAM_INFO = 0x17  # an nv.info attribute: (index u32, ordinal u16, offset u16, flags u32: size in bits 18-31)
@@ -316,15 +321,20 @@ SIZED = 0x04  # an nv.info record format: a u16 length, then that many bytes
 
 
 def nv_info_records(info: bytes):
-    """(attribute, value bytes) of an nv.info section's records (format u8, attribute u8, value):
-    sized values carry their length; others are a half-word, a byte or nothing (formats 3, 2, 1)."""
+    """(attribute, value bytes) of an nv.info section's records (format u8, attribute u8, then a
+    u16): in the sized format the u16 is the length of the value that follows, in the others
+    (none, byte, half-word) it is the value itself."""
     at = 0
-    while at + 2 <= len(info) and info[at]:
-        form, attribute = info[at], info[at + 1]
-        at += 2
-        length = struct.unpack_from("<H", info, at)[0] + 2 if form == SIZED else {3: 2, 2: 1}.get(form, 0)
-        yield attribute, info[at + 2:at + length] if form == SIZED else info[at:at + length]
-        at += length
+    while at + 4 <= len(info):
+        form, attribute, (half,) = info[at], info[at + 1], struct.unpack_from("<H", info, at + 2)
+        if form == SIZED:
+            if at + 4 + half > len(info):
+                raise ValueError(f"a record of {half} bytes at {at} runs past the section's {len(info)}")
+            yield attribute, info[at + 4:at + 4 + half]
+            at += 4 + half
+        else:
+            yield attribute, info[at + 2:at + 4]
+            at += 4
 
 
 def elf_sections(image: bytes) -> dict[str, bytes]:
@@ -360,11 +370,18 @@ def get(key: BuildKey, root: Path | None = None) -> Entry:
     return entry
 
 
-def load(entry: Entry) -> launch.LoadedKernel:
-    """The entry's kernel, loaded through the CUDA driver (once per process: the caller keeps it)."""
-    from autotune.backends import launch
+#: entry key -> its kernel, loaded once per process: a resource, not a memo (autotune.clear keeps it)
+_loaded: dict[str, launch.LoadedKernel] = {}
 
-    return launch.load(entry.cubin, entry.name, entry.dynamic_shared)
+
+def load(entry: Entry) -> launch.LoadedKernel:
+    """The entry's kernel, loaded through the CUDA driver once per process (a CUlibrary serves every context)."""
+    found = _loaded.get(entry.key)
+    if found is None:
+        from autotune.backends import launch
+
+        found = _loaded[entry.key] = launch.load(entry.cubin, entry.name, entry.dynamic_shared)
+    return found
 
 
 def plan(entry: Entry, loaded: launch.LoadedKernel, device: launch.GpuContext, shape: tuple[int, int, int],

@@ -61,9 +61,9 @@ class Retiming:
 
 
 def retime(retiming: Retiming, measurer, seed: int | None) -> None:
-    """Re-time every pending finalist, one after the other in `measurer` (its child process is
-    ready and, on a GPU, each finalist's build is in the kernel store since its trial), holding
-    the lock while timing; each result is kept in the study as it comes."""
+    """Re-time every pending finalist, one after the other in `measurer` (on a GPU each
+    finalist's build is in the kernel store since its trial: nothing to compile in parallel),
+    holding the lock while timing; each result is kept in the study as it comes."""
     study = retiming.study
     trials = len(study.get_trials(deepcopy=False))
     for i, config in enumerate(pending(study)):

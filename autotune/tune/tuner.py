@@ -323,12 +323,12 @@ def _keep_kernel(row: Row, rivals: tuple[Row, ...]) -> None:
 
 
 def _search(request: TuneRequest, search: Search, run: StudyRun, study, progress: Progress, workers: Workers) -> None:
-    if not workers.placement:
-        search.run(study, run.goal, run.timeout, [progress.update])
-        return
     if workers.placement != placement(request):
         raise TuneError(f"the workers are placed as {workers.placement}, not as --jobs and --gpus ask "
                         f"({placement(request)})")
+    if not workers.placement:
+        search.run(study, run.goal, run.timeout, [progress.update])
+        return
     try:
         workers.run(search, run, study, progress)
     except WorkersDied as error:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -30,7 +31,8 @@ PROPOSALS_PER_TRIAL = 50  # give up if the sampler keeps proposing infeasible or
 INFRASTRUCTURE_LIMIT = 3
 #: a worker's outcome of one search: it searched, its storage failed, the machinery's failures stopped it
 SEARCHED, STORAGE_EXIT, INFRASTRUCTURE_EXIT = 0, 2, 3
-CLOSE_TIMEOUT_S = 10  # for workers told to stop, before they are killed
+CLOSE_TIMEOUT_S = 10  # for workers told to stop, before they are terminated, then killed
+STOPPED_EXIT = 143  # a worker terminated while searching
 
 #: measure(kernel, shape, rng, repeat=..., lock=...) -> Measurement; by default autotune.measure.measurement.measure
 #: in an isolated child process; tests pass one that replays recorded results
@@ -148,6 +150,7 @@ def _serve(connection, gpu: int | None) -> None:
     if gpu is not None:  # before CUDA is initialized in this process (and its measuring child)
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(STOPPED_EXIT))  # so that `finally` stops the child
     measurer = None
     try:
         while (job := connection.recv()) is not None:
@@ -204,7 +207,24 @@ class Workers:
         self._workers: list = [None] * len(self.placement)  # (process, connection) each
 
     def run(self, search: Search, run: StudyRun, study: optuna.Study, progress) -> None:
-        """Every worker searches `study` until it holds `run.goal` measured trials (or time is up)."""
+        """Every worker searches `study` until it holds `run.goal` measured trials (or time is up).
+        If this process stops waiting for them (an error, an interrupt), they are stopped, so that
+        no search's outcome is read as the next one's."""
+        try:
+            outcomes = self._search(search, run, study, progress)
+        except BaseException:
+            self.close()
+            raise
+        if INFRASTRUCTURE_EXIT in outcomes.values():
+            failed = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+            last = [t.user_attrs[INFRASTRUCTURE] for t in failed if INFRASTRUCTURE in t.user_attrs]
+            raise stopped_by_infrastructure(study, last[-1] if last else "unknown")
+        crashed = [code for code in outcomes.values() if code != SEARCHED]
+        if crashed:
+            raise WorkersDied(f"{len(crashed)} worker process(es) died (exit codes {crashed}); the study keeps their "
+                              "trials")
+
+    def _search(self, search: Search, run: StudyRun, study: optuna.Study, progress) -> dict[int, int | None]:
         for i, gpu in enumerate(self.placement):
             lock = str(self.lock_dir / ("measure.lock" if gpu is None else f"measure-gpu{gpu}.lock"))
             seeded = replace(run, seed=None if run.seed is None else run.seed + i)
@@ -218,14 +238,7 @@ class Workers:
                 if outcome is not False:
                     outcomes[i] = outcome
         progress.show(study)
-        if INFRASTRUCTURE_EXIT in outcomes.values():
-            failed = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-            last = [t.user_attrs[INFRASTRUCTURE] for t in failed if INFRASTRUCTURE in t.user_attrs]
-            raise stopped_by_infrastructure(study, last[-1] if last else "unknown")
-        crashed = [code for code in outcomes.values() if code != SEARCHED]
-        if crashed:
-            raise WorkersDied(f"{len(crashed)} worker process(es) died (exit codes {crashed}); the study keeps their "
-                              "trials")
+        return outcomes
 
     def _connection(self, i: int):
         found = self._workers[i]
@@ -264,6 +277,9 @@ class Workers:
         deadline = time.monotonic() + CLOSE_TIMEOUT_S
         for process, _ in found:
             process.join(max(deadline - time.monotonic(), 0))
+            if process.is_alive():  # busy in a search: SIGTERM lets it stop its measuring child first
+                process.terminate()
+                process.join(CLOSE_TIMEOUT_S)
             if process.is_alive():
                 process.kill()
                 process.join()
