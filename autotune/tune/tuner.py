@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import nullcontext
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -280,11 +281,8 @@ def _tune(request: TuneRequest, measurer: Measurer | None, cache_path: Path | st
                     getattr(measurer, "start", lambda: None)()  # ready for the finalists when the workers end
                 search = Search(shape=request.shape, dtype=request.dtype, families=request.families, seed=request.seed,
                                 limits=limits, measurer=measurer, lock=None, layout=request.layout)
-                if workers is not None:
-                    _search(request, search, run, study, progress, workers)
-                else:
-                    with Workers(placement(request), cache.path.parent) as made:
-                        _search(request, search, run, study, progress, made)
+                with nullcontext(workers) if workers else Workers(placement(request), cache.path.parent) as used:
+                    _search(request, search, run, study, progress, used)
             lock = str(cache.path.parent / "measure.lock")
             finalists.retime(finalists.Retiming(study, problem, lock, progress.retiming), measurer, request.seed)
         row = finalists.winner_row(study, problem, device)
