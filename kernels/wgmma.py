@@ -28,13 +28,16 @@ their A and multiply, instead of every warp doing all of it between its products
 splits tile t + 1 while the multiplying warpgroups work on tile t. They meet at named barriers,
 one pair per split stage: "full" (the producer has split it and the raw tile of A is in) and
 "empty" (every product reading it is done). The producer gives up registers (setmaxnreg) that
-the multiplying warpgroups take for their two sets of sums.
+the multiplying warpgroups take for their two sets of sums. With two producer warpgroups each
+does half of that work, and their copies and splits are straight-line code whose addresses are
+shifts of the thread's index and constants, so that what does not depend on the K-tile leaves
+the K-loop (one producer keeps the rolled loops its records were timed on).
 Parameters:
   bm, bn         block tile: bm / 64 warpgroups; bn columns per instruction
   stages         raw tiles of A and B in flight (2 to 4), in dynamic shared memory
   splits         blocks along K per tile of C, adding into C atomically (as `splitk`)
   min_blocks     blocks per SM ptxas must leave registers for (launch_bounds)
-  producer       1: a warpgroup of its own copies and splits B (bm 128 only)
+  producer       warpgroups of their own (1 or 2) that copy and split B (bm 128 only)
 """
 
 from __future__ import annotations
@@ -45,24 +48,27 @@ from . import warpgroup
 from . import wgmma_layout as wl
 from .base import DeviceLimits, Family, Footprint, Kernel, Schedules, product_shape, tile_origin
 from .intrinsics import ASYNC_COPY_NEEDS, async_commit, async_wait, dynamic_shared_array, rows_aligned
-from .intrinsics import scalar_access, vector_load, vector_store
+from .intrinsics import scalar_access, vector_load
 from .rules import Arch
 from .tiles import OVERHEAD_REGISTERS
 from .warp_mma import split_tf32
-from .wgmma_copies import BK, PAD, operand_copier
+from .wgmma_copies import BK, PAD, b_splitter, operand_copier
 
 DTYPE = "float32"
 SPACE = {"bm": [64, 128], "bn": [64, 128], "stages": [2, 3, 4], "splits": [1, 2, 4, 8, 16, 32, 64],
-         "min_blocks": [1, 2], "producer": [0, 1]}
+         "min_blocks": [1, 2], "producer": [0, 1, 2]}
 DEFAULT = {"bm": 64, "bn": 64, "stages": 2, "splits": 1, "min_blocks": 1, "producer": 0}
 #: the tile a cold tune tries first (autotune.space.guesses)
-FIRST_TILE = {"bm": 128, "bn": 128, "stages": 4, "min_blocks": 1, "producer": 1}
+FIRST_TILE = {"bm": 128, "bn": 128, "stages": 4, "min_blocks": 1, "producer": 2}
 #: registers a thread holds besides its two sets of sums: A's big and small parts, for this
 #: tile and the next (with a producer, this tile's only)
 FRAGMENT_REGISTERS = 64
-#: registers per thread of the producer and of the multiplying warpgroups, which a launch of
-#: three warpgroups (168 each) can move between them
-PRODUCER_REGISTERS, CONSUMER_REGISTERS = 120, 192
+#: registers per thread of the multiplying warpgroups, and of the producers by their count, which a
+#: launch of three warpgroups (168 each) or four (128 each) can move between them
+CONSUMER_REGISTERS = 192
+PRODUCER_REGISTERS = {1: 120, 2: 64}
+#: producer counts whose copies and splits are straight-line code (wgmma_copies.unrolled_copier)
+STRAIGHT_PRODUCERS = (2,)
 #: a multiplying thread's registers besides sums and A's parts, where it copies nothing
 CONSUMER_OVERHEAD = 32
 #: named barriers: "full" and "empty" of split stage s are FULL + s and EMPTY + s
@@ -114,7 +120,7 @@ def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
         return f"three TF32 products make {DTYPE} only"
     threads, blocks = threads_per_block(config), config["min_blocks"]
     if config["producer"] and ((config["bm"], blocks) != (128, 1) or config["stages"] < 3):
-        return "a producer warpgroup serves two multiplying ones, one block per SM, through 3 or more stages"
+        return "producer warpgroups serve two multiplying ones, one block per SM, through 3 or more stages"
     if threads * blocks > limits.max_threads_per_sm:
         return f"{blocks} blocks of {threads} threads > {limits.max_threads_per_sm} threads per SM"
     shared, allowed = shared_bytes(config), max(limits.max_shared_per_block, limits.max_dynamic_shared_per_block)
@@ -134,7 +140,9 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
         raise ValueError(f"wgmma multiplies {DTYPE} only, not {dtype}")
     BM, BN, STAGES, SPLITS = config["bm"], config["bn"], config["stages"], config["splits"]
     THREADS = threads_per_block(config)
-    WORKERS = wl.THREADS if config["producer"] else THREADS  # the threads that copy and split B
+    PRODUCERS = config["producer"]
+    WORKERS = PRODUCERS * wl.THREADS if PRODUCERS else THREADS  # the threads that copy and split B
+    STRAIGHT = PRODUCERS in STRAIGHT_PRODUCERS
     A_ALONG_K, B_ALONG_K = layout[0] == "N", layout[1] == "T"
     B_TILE = BN * wl.ROW_BYTES  # bytes of one split tile of B
     SPLIT_STAGE = 2 * B_TILE  # its big and small parts
@@ -143,12 +151,14 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
     SHARED = shared_bytes(config)
     # where A lies along K, a thread's rows r and r + 8 hold their 16-byte words at 4 (r & 1) ^ c, so
     # that a quarter warp's reads fall on distinct banks; B's rows, read down a column, at (r & 7) ^ c
-    copy_a = operand_copier(BM, A_ALONG_K, (1, 2), "A" in unaligned, WORKERS, offset_bits)
-    copy_b = operand_copier(BN, B_ALONG_K, (7, 0), "B" in unaligned, WORKERS, offset_bits)
+    WIDE = "straight" if STRAIGHT else "rolled"
+    copy_a = operand_copier(BM, A_ALONG_K, (1, 2), WORKERS, offset_bits, None if "A" in unaligned else WIDE)
+    copy_b = operand_copier(BN, B_ALONG_K, (7, 0), WORKERS, offset_bits, None if "B" in unaligned else WIDE)
+    split_b = b_splitter(BN, B_ALONG_K, A_RAW, WORKERS, STRAIGHT)
     aligned = rows_aligned(4)
     shared = dynamic_shared_array((SHARED // 4,), float32, 0)
     address = warpgroup.shared_address()
-    load1, load4, store4 = scalar_access(64)[0], vector_load(4, 64), vector_store(4)
+    load1, load4 = scalar_access(64)[0], vector_load(4, 64)
     split = split_tf32(0)
     multiply = warpgroup.multiply(BN)
     zeros, add, pin = warpgroup.zeros(BN // 2), warpgroup.add(), warpgroup.pin()
@@ -157,43 +167,15 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
     store, biases = warpgroup.store_sums(BN, offset_bits, SPLITS > 1), warpgroup.biases(BN)
     descriptor = warpgroup.descriptor
     origin, dims = tile_origin(BM, BN), product_shape(layout)
-    SPLIT_TASKS = BN * 8 // WORKERS  # 16-byte words of B's split tile per thread
     arrive, meet = warpgroup.barrier(THREADS, True), warpgroup.barrier(THREADS, False)
-    meet_producers = warpgroup.barrier(wl.THREADS, False)
-    fewer = warpgroup.registers(PRODUCER_REGISTERS, False)
+    meet_producers = warpgroup.barrier(WORKERS, False)
+    fewer = warpgroup.registers(PRODUCER_REGISTERS.get(PRODUCERS, 0), False)
     more = warpgroup.registers(CONSUMER_REGISTERS, True)
 
     @cuda.jit(device=True)
     def copy_tile(A, B, words, raw, row0, col0, k0, k_end, tid, wide_a, wide_b):
         copy_a(A, words, raw, row0, k0, k_end, tid, wide_a)
         copy_b(B, words, raw + A_RAW, col0, k0, k_end, tid, wide_b)
-
-    @cuda.jit(device=True)
-    def b_column(words, raw_b, n, q, i):
-        """B[k, n] of the raw tile at column i of split word q (k = 16 (q & 1) + 4 i + q // 2)."""
-        k = 16 * (q & 1) + 4 * i + (q >> 1)
-        if B_ALONG_K:
-            return load1(words, (raw_b + n * BK + ((((k >> 2) ^ (n & 7)) << 2) | (k & 3)),))
-        return load1(words, (raw_b + k * (BN + PAD) + n,))
-
-    @cuda.jit(device=True)
-    def split_b(words, raw, stage, tid):
-        """B's raw tile at word `raw` split into its big and small K-major swizzled tiles at word
-        `stage`. Where B's rows run along K a warp's threads take the 8 words of 4 rows, else
-        32 rows of one word, so that their reads of the raw tile fall on distinct banks."""
-        for j in range(SPLIT_TASKS):
-            task = tid + j * WORKERS
-            if B_ALONG_K:
-                n, q = task >> 3, task & 7
-            else:
-                q, n = task // BN, task % BN
-            b0, s0 = split(b_column(words, raw + A_RAW, n, q, 0))
-            b1, s1 = split(b_column(words, raw + A_RAW, n, q, 1))
-            b2, s2 = split(b_column(words, raw + A_RAW, n, q, 2))
-            b3, s3 = split(b_column(words, raw + A_RAW, n, q, 3))
-            place = stage + n * BK + ((q ^ (n & 7)) << 2)
-            store4(words, (place,), (b0, b1, b2, b3))
-            store4(words, (place + B_TILE // 4,), (s0, s1, s2, s3))
 
     @cuda.jit(device=True)
     def a_word(words, raw, r, c):
@@ -309,12 +291,12 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
         M, N, K = dims(A, B)
         row0, col0 = origin(M, N)
         k_begin, k_end, tiles = k_range(K)
-        if tid < wl.THREADS:
+        if tid < WORKERS:
             fewer()
             produce(A, B, words, pad + RAW0, pad, row0, col0, k_begin, k_end, tiles, tid)
         else:
             more()
-            me = tid - wl.THREADS
+            me = tid - WORKERS
             total = consume(words, pad + RAW0, address(words) + 4 * pad, tiles, me)
             if bias is not None:
                 if cuda.blockIdx.y == 0:  # one split adds it

@@ -6,7 +6,8 @@ shipped record, hashed, before and after.
 
 Each record's kernel is built for its shape (kernels.build_for) and compiled to PTX in a process
 of its own: compiling several kernels in one process can change the PTX of the later ones. Entry
-names (which embed Numba's unique ids) and comments are normalized away before hashing. With
+names (which embed Numba's unique ids), comments and Numba's environment declarations (globals
+no kernel reads) are normalized away before hashing. With
 --against, prints the records whose PTX differs and exits 1 if any does; records whose PTX is
 the same can take today's source hash without being timed again (docs/performance.md, step 30):
 --relabel writes it into the records file for them. No GPU needed.
@@ -22,6 +23,9 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+#: Numba's declarations of each device function's environment pointer, which no kernel reads: a
+#: device function split in two adds one, not code
+ENVIRONMENTS = re.compile(r"^\.common \.global \.align 8 \.u64 _ZN08NumbaEnv\w+;\n", re.MULTILINE)
 RECORDS = Path(__file__).resolve().parent.parent / "autotune" / "data" / "records" / "nvidia-h200.json"
 
 
@@ -31,7 +35,7 @@ def ptx_hash(row: dict) -> dict:
 
     shape, layout = (row["m"], row["n"], row["k"]), row.get("layout") or "NN"
     kernel = kernels.build_for(row["family"], row["params"], row["dtype"], shape, layout)
-    text = re.sub(r"_Z\w+", "NAME", re.sub(r"//[^\n]*", "", ptx(kernel)))
+    text = re.sub(r"_Z\w+", "NAME", re.sub(r"//[^\n]*", "", re.sub(ENVIRONMENTS, "", ptx(kernel))))
     return {"record": f"{row['family']} {row['dtype']} {'x'.join(map(str, shape))} {layout}",
             "params": row["params"], "built_for": kernel.unaligned, "kernels": kernels.__file__,
             "ptx_sha256": hashlib.sha256(text.encode()).hexdigest()}

@@ -108,6 +108,12 @@ STEP45_HASHES = {"wgmma": "c43413822251788d", "dmma": "6a8ed525d0516fdb", "tf32x
                  "streamk": "cf27d3ac6d20223b", "shared": "49fd31de069f0440", "naive": "60ac60522e8f4f00",
                  "gemv": "f1f15da7ff85553a"}
 
+#: the wgmma family's source hash after step 47 gave it two producer warpgroups (producer=2): the
+#: same sm_90 PTX for every shipped wgmma row (studies/ptx_same.py); and after B's split moved
+#: into kernels/wgmma_copies.py: the same PTX for the rows timed on producer=2
+STEP47_HASHES = {"wgmma": "37b5840ad9871f44"}
+STEP47_MOVED_HASHES = {"wgmma": "a2f68dde27f49157"}
+
 SHIPPED = {
     "measured/nvidia-h200.json.xz": [
         {"step": "table", "commit": "9494194",
@@ -137,6 +143,16 @@ SHIPPED = {
         {"step": "relabel", "commit": "step 45 (issue 40)", "field": "wgmma_kernels", "hashes": STEP45_HASHES,
          "what": "step 45: every family's kernels take a bias, omitted by default, which compiles to the code they "
                  "were measured on"},
+        {"step": "relabel", "commit": "step 47 (issue 39)", "field": "wgmma_kernels", "hashes": STEP47_HASHES,
+         "what": "step 47: wgmma gained two producer warpgroups (producer=2); its other tiles compile to the code "
+                 "they were measured on"},
+        {"step": "extended", "commit": "step 47 (issue 39)", "field": "wgmma_kernels",
+         "what": "step 47: the wgmma tiles with two producer warpgroups (producer=2), whole and split to fill waves, "
+                 "at every shape, each anchored by its best earlier candidate",
+         "parts": ["h200/step47/table/extend-wgmma-0of1.json.xz"]},
+        {"step": "relabel", "commit": "step 47 (issue 39)", "field": "wgmma_kernels", "hashes": STEP47_MOVED_HASHES,
+         "what": "step 47: B's split moved into kernels/wgmma_copies.py, which compiles to the code the tiles "
+                 "were measured on"},
     ],
     "records/nvidia-h200.json": [
         {"step": "promote", "commit": "9494194", "file": "h200/step25/retimed.json.xz",
@@ -157,7 +173,7 @@ SHIPPED = {
          "what": "step 31: the three unaligned wide-suite shapes tuned, one promoted"},
         {"step": "promote", "commit": "90ddf49", "file": "h200/step32/tune/tuned.json",
          "what": "step 32: the three unaligned wide-suite shapes tuned, all promoted"},
-        {"step": "promote", "commit": "9c578e9", "file": "h200/step35/rows.json",
+        {"step": "promote", "commit": "9c578e9", "file": "h200/step35/rows.json.xz",
          "what": "step 35: the seven tf32x3 rows re-timed, FFMA rows tuned at their shapes"},
         {"step": "relabel", "commit": "9c578e9",
          "hashes": {"dmma": "92a2f9cb3c20600d", "splitk": "024e9be007ffe58e", "streamk": "1a82cd700f036fbe",
@@ -179,7 +195,7 @@ SHIPPED = {
                     "tf32x3": "73227d1a9e9657c2", "vector": "a8f0260fda7b91dd"},
          "what": "kernels.rules.Arch names arch-specific targets (sm_90a): the same sm_90 PTX for all 41 "
                  "records (studies/ptx_same.py)"},
-        {"step": "promote", "commit": "step 39 (issue 39)", "file": "h200/step39/tune/tuned.json",
+        {"step": "promote", "commit": "step 39 (issue 39)", "file": "h200/step39/tune/tuned.json.xz",
          "what": "step 39: the warpgroup family (wgmma, precision tf32x3) tuned at 11 wide-suite shapes in NN, "
                  "3 in NT and 2 in TN"},
         {"step": "relabel", "commit": "step 39 (issue 39)", "hashes": STEP39_HASHES,
@@ -193,9 +209,18 @@ SHIPPED = {
         {"step": "relabel", "commit": "step 45 (issue 40)", "hashes": STEP45_HASHES,
          "what": "step 45: every family's kernels take a bias, omitted by default: the same sm_90 PTX for all 51 "
                  "records (studies/ptx_same.py)"},
+        {"step": "relabel", "commit": "step 47 (issue 39)", "hashes": STEP47_HASHES,
+         "what": "step 47: wgmma gained two producer warpgroups (producer=2): the same sm_90 PTX for its 16 records "
+                 "(studies/ptx_same.py)"},
+        {"step": "promote", "commit": "step 47 (issue 39)", "file": "h200/step47/variant-rows.json.xz",
+         "what": "step 47: every wgmma record timed with two producer warpgroups next to its own config "
+                 "(studies/variant_rows.py); all 16 faster"},
+        {"step": "relabel", "commit": "step 47 (issue 39)", "hashes": STEP47_MOVED_HASHES,
+         "what": "step 47: B's split moved into kernels/wgmma_copies.py: the same sm_90 PTX for the 16 promoted "
+                 "records (studies/ptx_same.py)"},
     ],
     "records/nvidia-h100-80gb-hbm3.json": [
-        {"step": "promote", "commit": "step 39 (issue 39)", "file": "h100/step39/tune/tuned.json",
+        {"step": "promote", "commit": "step 39 (issue 39)", "file": "h100/step39/tune/tuned.json.xz",
          "what": "step 39: the warpgroup family (wgmma, precision tf32x3) tuned at 11 wide-suite shapes in NN, "
                  "2 in NT and 1 in TN, on an H100"},
         {"step": "promote", "commit": "step 39 (issue 39)", "file": "h100/step39/nt-sweep/tuned.json",
@@ -215,6 +240,15 @@ SHIPPED = {
                  "(studies/variant_rows.py); all 21 faster"},
         {"step": "relabel", "commit": "step 45 (issue 40)", "hashes": STEP45_HASHES,
          "what": "step 45: every family's kernels take a bias, omitted by default: the same sm_90 PTX for all 26 "
+                 "records (studies/ptx_same.py)"},
+        {"step": "relabel", "commit": "step 47 (issue 39)", "hashes": STEP47_HASHES,
+         "what": "step 47: wgmma gained two producer warpgroups (producer=2): the same sm_90 PTX for its 21 records "
+                 "(studies/ptx_same.py)"},
+        {"step": "promote", "commit": "step 47 (issue 39)", "file": "h100/step47/variant-rows.json.xz",
+         "what": "step 47: every wgmma record timed with two producer warpgroups next to its own config "
+                 "(studies/variant_rows.py); all 21 faster"},
+        {"step": "relabel", "commit": "step 47 (issue 39)", "hashes": STEP47_MOVED_HASHES,
+         "what": "step 47: B's split moved into kernels/wgmma_copies.py: the same sm_90 PTX for the 21 promoted "
                  "records (studies/ptx_same.py)"},
     ],
 }

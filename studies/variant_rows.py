@@ -4,6 +4,7 @@ rows of the variants that ran faster than their record's config, for `mmtune pro
 
     python3 studies/variant_rows.py --family wgmma --set producer=1 --out DIR
 
+Every kernel is built first, each in a process of its own (autotune.store.background), all at once.
 DIR/table.json has, per record, both configs' GFLOPS and cuBLAS's (TF32 off); DIR/rows.json the
 winning variants as cache rows (today's code, this GPU). A variant that is infeasible at a record
 (autotune.space.configs.infeasibility) or gives a wrong product is listed with the reason.
@@ -22,8 +23,10 @@ import kernels
 from autotune import backends
 from autotune.measure.measurement import cublas_gflops, measure, versions
 from autotune.space.configs import device_limits, infeasibility
-from autotune.store import records
+from autotune.store import background, records
+from autotune.store.cubins import BuildKey
 from autotune.tune.finalists import FINAL_LAUNCHES
+from kernels import Config
 
 
 def setting(text: str) -> tuple[str, object]:
@@ -41,10 +44,18 @@ def main() -> None:
     device = backends.current().device()
     hashes, toolchain = kernels.source_hashes(), versions()
     shipped = [row for row in records.shipped_rows() if row.device == device.name and row.family == args.family]
+    variants = [(row, {**row.params, **dict(args.set)}) for row in shipped]
+    builds = [background.start(BuildKey.of(Config.of(row.family, params), row.dtype, row.shape, row.layout, device.cc))
+              for row, variant in variants for params in (row.params, variant)
+              if infeasibility(row.family, params, row.dtype, device_limits()) is None]
+    for build in builds:
+        build.wait()
+    for build in builds:
+        if build.failed:
+            print(f"{build.key.config.key} ({build.key.layout}) did not build; measuring it will say why", flush=True)
     rng = np.random.default_rng(0)
     table, winners = [], []
-    for row in shipped:
-        variant = {**row.params, **dict(args.set)}
+    for row, variant in variants:
         entry = {"shape": row.shape, "layout": row.layout, "precision": row.precision, "record": row.params,
                  "variant": variant}
         reason = infeasibility(row.family, variant, row.dtype, device_limits())

@@ -39,6 +39,7 @@ if ON_GPU:
     CONFIGS["tf32x3"].append({**TF32X3_TILE, "mma": "m16n8k8", "splits": 2})
     CONFIGS["wgmma"].append({"bm": 128, "bn": 128, "stages": 4, "splits": 2, "min_blocks": 1, "producer": 0})
     CONFIGS["wgmma"].append({"bm": 128, "bn": 128, "stages": 3, "splits": 1, "min_blocks": 1, "producer": 1})
+    CONFIGS["wgmma"].append({"bm": 128, "bn": 64, "stages": 4, "splits": 2, "min_blocks": 1, "producer": 2})
     SHAPES = [(1, 1, 1), (1, 1000, 1), (257, 129, 1), (513, 1021, 769), (1000, 1000, 1000), (1000, 1024, 996)]
     FAMILY_SHAPES = {}
 else:

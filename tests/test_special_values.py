@@ -32,6 +32,7 @@ if ON_GPU:
                  {"bm": 64, "bn": 128, "bk": 16, "warps_m": 1, "warps_n": 4, "stages": 3, "splits": 2,
                   "min_blocks": 1, "mma": "m8n8k4"}],
         "wgmma": [{"bm": 128, "bn": 128, "stages": 4, "splits": 1, "min_blocks": 1, "producer": 1},
+                  {"bm": 128, "bn": 128, "stages": 4, "splits": 1, "min_blocks": 1, "producer": 2},
                   {"bm": 64, "bn": 64, "stages": 3, "splits": 2, "min_blocks": 1, "producer": 0}],
     }
 else:

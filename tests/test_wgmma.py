@@ -34,7 +34,7 @@ def test_only_sm_90_runs_it_and_its_builds_are_keyed_for_sm_90a():
 
 def test_an_h100_takes_the_large_tiles_in_its_shared_memory():
     configs = feasible_configs("wgmma", "float32", GpuLimits.for_cc("9.0", 132))
-    for producer in (0, 1):
+    for producer in (0, 1, 2):
         assert {"bm": 128, "bn": 128, "stages": 4, "splits": 1, "min_blocks": 1, "producer": producer} in configs
     assert not [c for c in configs if c["bm"] * c["bn"] == 128 * 128 and c["min_blocks"] == 2]  # registers
     assert not [c for c in configs if c["producer"] and (c["bm"] == 64 or c["stages"] == 2)]
@@ -62,21 +62,24 @@ def test_two_warpgroups_over_a_k_that_wraps_the_ring_give_the_product(rng):
     assert error.max() <= 2.0**-21, error.max()
 
 
-@pytest.mark.parametrize("layout, shape, stages, splits", [("NT", (120, 40, 152), 3, 2), ("TN", (70, 33, 99), 4, 1)])
-def test_a_producer_warpgroup_feeds_two_multiplying_ones(layout, shape, stages, splits, rng):
-    """With `producer`, a warpgroup of its own copies and splits B while two others multiply, meeting
-    at named barriers: over a K that wraps the ring of raw tiles (3 stages: 3 K-tiles, then 2, K
-    split in two, the first split adding a bias) and both split stages, 16 bytes a copy, and over
-    unaligned rows (4 stages, 4 K-tiles, the last partial), in the layouts whose A or B the copies
-    transpose."""
+@pytest.mark.parametrize("producer", [1, 2])
+@pytest.mark.parametrize("layout, shape, stages, splits",
+                         [("NT", (120, 40, 152), 3, 2), ("TN", (70, 33, 99), 4, 1), ("NN", (72, 64, 100), 3, 1),
+                          ("TT", (72, 40, 96), 3, 1)])
+def test_producer_warpgroups_feed_two_multiplying_ones(layout, shape, stages, splits, producer, rng):
+    """With `producer`, one or two warpgroups of their own copy and split B while two others
+    multiply, meeting at named barriers: over a K that wraps the ring of raw tiles (3 stages: 3
+    K-tiles, then 2, K split in two, the first split adding a bias) and both split stages, 16 bytes a
+    copy (B's rows along K, and across it; A's along it, and across it in TT), and over unaligned
+    rows (4 stages, 4 K-tiles, the last partial), in the layouts whose A or B the copies transpose."""
     m, n, k = shape
     A, B = rng.uniform(-1, 1, (m, k)).astype(np.float32), rng.uniform(-1, 1, (k, n)).astype(np.float32)
     bias = rng.uniform(-4, 4, n).astype(np.float32) if splits > 1 else np.zeros(n, np.float32)
-    config = {"bm": 128, "bn": 64, "stages": stages, "splits": splits, "min_blocks": 1, "producer": 1}
+    config = {"bm": 128, "bn": 64, "stages": stages, "splits": splits, "min_blocks": 1, "producer": producer}
     kernel = kernels.build_for("wgmma", config, "float32", shape, layout)
     if splits > 1:
         kernel = kernel.with_bias()
-    assert kernel.threads == 3 * wl.THREADS and kernel.unaligned == ("" if layout == "NT" else "AB")
+    assert kernel.threads == (2 + producer) * wl.THREADS and kernel.unaligned == ("AB" if layout == "TN" else "")
     stored_a = np.ascontiguousarray(A.T) if layout[0] == "T" else A
     stored_b = np.ascontiguousarray(B.T) if layout[1] == "T" else B
     C = cuda.to_device(np.full((m, n), 0 if splits > 1 else np.nan, np.float32))
