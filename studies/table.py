@@ -250,6 +250,9 @@ SHIPPED = {
         {"step": "relabel", "commit": "step 47 (issue 39)", "hashes": STEP47_MOVED_HASHES,
          "what": "step 47: B's split moved into kernels/wgmma_copies.py: the same sm_90 PTX for the 21 promoted "
                  "records (studies/ptx_same.py)"},
+        {"step": "promote", "commit": "step 47 (issue 39)", "file": "h100/step47/nt-tune/tuned.json.xz",
+         "what": "step 47: x @ W.T (NT) with W of 4096 x 4096 tuned in tf32x3 at M = 64 (wgmma, 24 trials; a new "
+                 "row) and M = 4 (gemv, 30 trials; faster than the record)"},
     ],
 }
 
