@@ -110,6 +110,20 @@ def async_copy(width: int, bits: int = 32):
     return simulated.async_copy(width) if config.ENABLE_CUDASIM else ptx.async_copy(width, bits)
 
 
+def word_copy(bits: int = 32):
+    """copy(dst, dst_index, src, src_index, count): start copying the 16-byte word that holds
+    src[src_index] (a C-contiguous global array, its index in range) into dst at dst_index (16-byte
+    aligned): its first `count` elements, the rest zeros. Rows that are not 16-byte aligned move so
+    as whole words; `word_offset` and the index say where the word starts. Completed as
+    `async_copy`'s."""
+    return simulated.word_copy() if config.ENABLE_CUDASIM else ptx.word_copy(bits)
+
+
+def word_offset():
+    """offset(array) -> which element of its 16-byte word the array's first one is."""
+    return simulated.word_offset() if config.ENABLE_CUDASIM else ptx.word_offset()
+
+
 def scalar_access(bits: int = 32):
     """(load, store): load(array, index) -> array[index] and store(array, index, value), the
     offset computed in `bits` bits."""

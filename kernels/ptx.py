@@ -178,6 +178,63 @@ def async_copy(width: int, bits: int):
     return copy
 
 
+def word_copy(bits: int):
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def copy(typingctx, dst, dst_index, src, src_index, count):
+        if not (_indexable(dst, dst_index) and _indexable(src, src_index)) or dst.dtype != src.dtype:
+            return None
+
+        def codegen(context, builder, sig, args):
+            element = context.get_value_type(sig.args[0].dtype)
+            itemsize = context.get_abi_sizeof(element)
+            i32, i64 = ir.IntType(32), ir.IntType(64)
+            target = _element_pointer(context, builder, sig.args[:2], args[:2], bits=64)
+            source = _element_pointer(context, builder, sig.args[2:4], args[2:4], bits=bits)
+            target = builder.ptrtoint(builder.addrspacecast(target, ir.PointerType(element, 3)), i32)
+            source = builder.ptrtoint(builder.addrspacecast(source, ir.PointerType(element, 1)), i64)
+            source = builder.and_(source, ir.Constant(i64, -VECTOR_BYTES))
+            read = builder.mul(context.cast(builder, args[4], sig.args[4], types.int32), ir.Constant(i32, itemsize))
+            builder.asm(
+                ir.FunctionType(ir.VoidType(), [i32, i64, i32]),
+                f"cp.async.cg.shared.global [$0], [$1], {VECTOR_BYTES}, $2;",
+                "r,l,r,~{memory}",
+                [target, source, read],
+                True,
+            )
+            return context.get_dummy_value()
+
+        return types.none(dst, dst_index, src, src_index, count), codegen
+
+    return copy
+
+
+def word_offset():
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def offset(typingctx, array):
+        if not isinstance(array, types.Array):
+            return None
+
+        def codegen(context, builder, sig, args):
+            data = context.make_array(sig.args[0])(context, builder, value=args[0])
+            itemsize = context.get_abi_sizeof(context.get_value_type(sig.args[0].dtype))
+            i64 = ir.IntType(64)
+            address = builder.ptrtoint(data.data, i64)
+            within = builder.and_(address, ir.Constant(i64, VECTOR_BYTES - 1))
+            return builder.udiv(within, ir.Constant(i64, itemsize))
+
+        return types.int64(array), codegen
+
+    return offset
+
+
 def asm(instruction: str):
     """A device function of no arguments that is one PTX instruction with side effects."""
     from llvmlite import ir

@@ -19,6 +19,26 @@ def async_copy(width: int):
     return copy
 
 
+def word_copy():
+    def copy(dst, dst_index, src, src_index, count):
+        values = src.reshape(-1)
+        flat = src_index[0] * src.shape[1] + src_index[1]
+        start = flat - (word_offset()(src) + flat) % (VECTOR_BYTES // src.itemsize)
+        head, last = dst_index[:-1], dst_index[-1]
+        for i in range(VECTOR_BYTES // src.itemsize):
+            at = start + i
+            dst[head + (last + i,)] = values[at] if i < count and 0 <= at < values.size else 0
+
+    return copy
+
+
+def word_offset():
+    def offset(array):
+        return array.__array_interface__["data"][0] % VECTOR_BYTES // array.itemsize
+
+    return offset
+
+
 def nothing():
     pass
 

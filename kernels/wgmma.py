@@ -21,7 +21,8 @@ that a thread reads its elements of A as two 16-byte words a row; B's split tile
 permutation, which leaves the sum unchanged. Inf and NaN come out as kernels.tf32x3's do; the
 small parts are unscaled, so an operand is held to 2**-137 (kernels.tf32x3's to 2**-147), which
 precision "tf32x3" allows (autotune.space.precision). Operands whose rows are not 16-byte
-aligned move 4 bytes a copy, which makes those builds several times slower.
+aligned move 4 bytes a copy, which makes those builds several times slower; with two producer
+warpgroups they move as the whole 16-byte words that hold each row (wgmma_copies.shifted_copier).
 
 With `producer`, one more warpgroup does the copies and B's split while the others only split
 their A and multiply, instead of every warp doing all of it between its products: the producer
@@ -48,11 +49,10 @@ from . import warpgroup
 from . import wgmma_layout as wl
 from .base import DeviceLimits, Family, Footprint, Kernel, Schedules, product_shape, tile_origin
 from .intrinsics import ASYNC_COPY_NEEDS, async_commit, async_wait, dynamic_shared_array, rows_aligned
-from .intrinsics import scalar_access, vector_load
 from .rules import Arch
 from .tiles import OVERHEAD_REGISTERS
 from .warp_mma import split_tf32
-from .wgmma_copies import BK, PAD, b_splitter, operand_copier
+from .wgmma_copies import BK, Copies, a_reader, b_splitter, operand_copier, raw_words, skewer
 
 DTYPE = "float32"
 SPACE = {"bm": [64, 128], "bn": [64, 128], "stages": [2, 3, 4], "splits": [1, 2, 4, 8, 16, 32, 64],
@@ -75,17 +75,22 @@ CONSUMER_OVERHEAD = 32
 FULL, EMPTY, PRODUCERS_ONLY = 1, 3, 5
 
 
-def raw_words(rows: int) -> int:
-    """float32 of one operand's raw tile of `rows` x BK, in either orientation."""
-    return BK * (rows + PAD)
+def raw_stage_words(config: dict, layout: str | None = None, unaligned: str = "") -> tuple[int, int]:
+    """float32 of the raw tiles of A and B (wgmma_copies.raw_words) as a build for `layout` and
+    `unaligned` lays them out; with no layout, the most any build of the config takes."""
+    shifts = config["producer"] in STRAIGHT_PRODUCERS
+    if layout is None:
+        return tuple(max(raw_words(config[side], along_k, shifts and shifted) for along_k in (False, True)
+                         for shifted in (False, True)) for side in ("bm", "bn"))
+    return (raw_words(config["bm"], layout[0] == "N", shifts and "A" in unaligned),
+            raw_words(config["bn"], layout[1] == "T", shifts and "B" in unaligned))
 
 
-def shared_bytes(config: dict, dtype: str = DTYPE) -> int:
-    """Two stages of B's split tiles, `stages` raw tiles of A and B, and room to align the first
-    split tile to wgmma_layout.TILE_ALIGN."""
+def shared_bytes(config: dict, dtype: str = DTYPE, layout: str | None = None, unaligned: str = "") -> int:
+    """Two stages of B's split tiles, `stages` raw tiles of A and B (raw_stage_words), and room to
+    align the first split tile to wgmma_layout.TILE_ALIGN."""
     split_stage = 2 * config["bn"] * wl.ROW_BYTES
-    raw = 4 * (raw_words(config["bm"]) + raw_words(config["bn"]))
-    return 2 * split_stage + config["stages"] * raw + wl.TILE_ALIGN
+    return 2 * split_stage + config["stages"] * 4 * sum(raw_stage_words(config, layout, unaligned)) + wl.TILE_ALIGN
 
 
 def threads_per_block(config: dict) -> int:
@@ -146,19 +151,20 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
     A_ALONG_K, B_ALONG_K = layout[0] == "N", layout[1] == "T"
     B_TILE = BN * wl.ROW_BYTES  # bytes of one split tile of B
     SPLIT_STAGE = 2 * B_TILE  # its big and small parts
-    A_RAW, B_RAW = raw_words(BM), raw_words(BN)
+    A_RAW, B_RAW = raw_stage_words(config, layout, unaligned)
     RAW0, RAW_STAGE = 2 * SPLIT_STAGE // 4, A_RAW + B_RAW  # words
-    SHARED = shared_bytes(config)
+    SHARED = shared_bytes(config, dtype, layout, unaligned)
+    copies_a, copies_b = Copies(STRAIGHT, "A" not in unaligned), Copies(STRAIGHT, "B" not in unaligned)
     # where A lies along K, a thread's rows r and r + 8 hold their 16-byte words at 4 (r & 1) ^ c, so
     # that a quarter warp's reads fall on distinct banks; B's rows, read down a column, at (r & 7) ^ c
-    WIDE = "straight" if STRAIGHT else "rolled"
-    copy_a = operand_copier(BM, A_ALONG_K, (1, 2), WORKERS, offset_bits, None if "A" in unaligned else WIDE)
-    copy_b = operand_copier(BN, B_ALONG_K, (7, 0), WORKERS, offset_bits, None if "B" in unaligned else WIDE)
-    split_b = b_splitter(BN, B_ALONG_K, A_RAW, WORKERS, STRAIGHT)
+    copy_a = operand_copier(BM, A_ALONG_K, (1, 2), WORKERS, offset_bits, copies_a)
+    copy_b = operand_copier(BN, B_ALONG_K, (7, 0), WORKERS, offset_bits, copies_b)
+    split_b = b_splitter(BN, B_ALONG_K, A_RAW, WORKERS, STRAIGHT, copies_b.shifted)
+    a_word = a_reader(BM, A_ALONG_K, copies_a.shifted)
+    skew_a, skew_b = skewer(A_ALONG_K), skewer(B_ALONG_K)
     aligned = rows_aligned(4)
     shared = dynamic_shared_array((SHARED // 4,), float32, 0)
     address = warpgroup.shared_address()
-    load1, load4 = scalar_access(64)[0], vector_load(4, 64)
     split = split_tf32(0)
     multiply = warpgroup.multiply(BN)
     zeros, add, pin = warpgroup.zeros(BN // 2), warpgroup.add(), warpgroup.pin()
@@ -178,22 +184,13 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
         copy_b(B, words, raw + A_RAW, col0, k0, k_end, tid, wide_b)
 
     @cuda.jit(device=True)
-    def a_word(words, raw, r, c):
-        """A[r, 4 c .. 4 c + 3] of the raw tile at word `raw`."""
-        if A_ALONG_K:
-            return load4(words, (raw + r * BK + ((c ^ ((r & 1) << 2)) << 2),))
-        at = raw + 4 * c * (BM + PAD) + r
-        return (load1(words, (at,)), load1(words, (at + BM + PAD,)), load1(words, (at + 2 * (BM + PAD),)),
-                load1(words, (at + 3 * (BM + PAD),)))
-
-    @cuda.jit(device=True)
-    def a_parts(words, raw, tid):
+    def a_parts(words, raw, tid, skew):
         """This thread's elements of A for the tile's four slices (wgmma_layout.a_fragment, K
         permuted), split: (big, small), each 4 registers a slice."""
         r = 64 * (tid >> 7) + 16 * ((tid >> 5) & 3) + ((tid & 31) >> 2)
         t = tid & 3
-        x0, x1 = a_word(words, raw, r, t), a_word(words, raw, r, 4 + t)
-        y0, y1 = a_word(words, raw, r + 8, t), a_word(words, raw, r + 8, 4 + t)
+        x0, x1 = a_word(words, raw, r, t, skew), a_word(words, raw, r, 4 + t, skew)
+        y0, y1 = a_word(words, raw, r + 8, t, skew), a_word(words, raw, r + 8, 4 + t, skew)
         p0, q0 = split(x0[0])
         p1, q1 = split(y0[0])
         p2, q2 = split(x1[0])
@@ -246,6 +243,7 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
         """The producer: copies STAGES - 2 tiles ahead; splits tile t's B into split stage t % 2
         once the products of tile t - 2 are done, and says so when it has."""
         wide_a, wide_b = aligned(A), aligned(B)
+        skew = skew_b(B, col0)
         for s in range(STAGES - 2):
             if s < tiles:
                 copy_tile(A, B, words, raw0 + s * RAW_STAGE, row0, col0, k_begin + s * BK, k_end, tid, wide_a, wide_b)
@@ -260,19 +258,19 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
             commit_copies()
             wait_copies()
             meet_producers(PRODUCERS_ONLY)  # every copy of tile t is in
-            split_b(words, raw0 + (t % STAGES) * RAW_STAGE, stage0 + (t & 1) * SPLIT_STAGE // 4, tid)
+            split_b(words, raw0 + (t % STAGES) * RAW_STAGE, stage0 + (t & 1) * SPLIT_STAGE // 4, tid, skew)
             proxy_fence()
             arrive(FULL + (t & 1))
 
     @cuda.jit(device=True)
-    def consume(words, raw0, first, tiles, tid):
+    def consume(words, raw0, first, tiles, tid, skew):
         """A multiplying warpgroup's sums over its tiles, each split stage released once its
         products are done (but the last two, which the producer does not wait for)."""
         total = zeros()
         d = zeros()
         for t in range(tiles):
             meet(FULL + (t & 1))
-            big, small = a_parts(words, raw0 + (t % STAGES) * RAW_STAGE, tid)
+            big, small = a_parts(words, raw0 + (t % STAGES) * RAW_STAGE, tid, skew)
             fence()
             d = products(words, first + (t & 1) * SPLIT_STAGE, big, small, d)
             commit()
@@ -297,7 +295,7 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
         else:
             more()
             me = tid - WORKERS
-            total = consume(words, pad + RAW0, address(words) + 4 * pad, tiles, me)
+            total = consume(words, pad + RAW0, address(words) + 4 * pad, tiles, me, skew_a(A, row0))
             if bias is not None:
                 if cuda.blockIdx.y == 0:  # one split adds it
                     total = add(total, biases(bias, me & (wl.THREADS - 1), col0))
@@ -312,6 +310,7 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
         row0, col0 = origin(M, N)
         k_begin, k_end, tiles = k_range(K)
         wide_a, wide_b = aligned(A), aligned(B)
+        a_skew, b_skew = skew_a(A, row0), skew_b(B, col0)
         raw0 = pad + RAW0
         for s in range(STAGES - 1):
             if s < tiles:
@@ -319,10 +318,10 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
             commit_copies()  # empty groups too: the wait counts groups
         wait_copies()
         cuda.syncthreads()
-        split_b(words, raw0, pad, tid)
+        split_b(words, raw0, pad, tid, b_skew)
         proxy_fence()
         cuda.syncthreads()
-        big, small = a_parts(words, raw0, tid)
+        big, small = a_parts(words, raw0, tid, a_skew)
         total = zeros()
         d = zeros()
         for t in range(tiles):
@@ -339,9 +338,9 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
             cuda.syncthreads()  # tile t + 1 is in, and every thread is done with tile t - 1
             following = raw0 + ((t + 1) % STAGES) * RAW_STAGE
             if t + 1 < tiles:
-                split_b(words, following, pad + ((t + 1) & 1) * SPLIT_STAGE // 4, tid)
+                split_b(words, following, pad + ((t + 1) & 1) * SPLIT_STAGE // 4, tid, b_skew)
                 proxy_fence()
-            next_big, next_small = a_parts(words, following, tid)
+            next_big, next_small = a_parts(words, following, tid, a_skew)
             wait()
             d = pin(d)
             big, small = pin(big), pin(small)  # their instructions are done: the registers may go

@@ -1,15 +1,18 @@
 """How the warpgroup family (kernels.wgmma) copies a tile of A or B into shared memory as it lies
-in memory: `cp.async`, 16 bytes a copy where the rows allow, else 4, out-of-range elements
-zero-filled, in the family's swizzled or padded raw layouts; and how it splits B's raw tile into
-the big and small TF32 tiles its instructions read."""
+in memory: `cp.async`, 16 bytes a copy where the rows allow, else 4 or (straight-line producers)
+the whole 16-byte words that hold each row, out-of-range elements zero-filled, in the family's
+swizzled, padded or shifted raw layouts; how it splits B's raw tile into the big and small TF32
+tiles its instructions read; and how the multiplying warpgroups read A's raw tile."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from numba import cuda
 
 from . import wgmma_layout as wl
 from .base import unrolled
-from .intrinsics import async_copy, scalar_access, vector_store
+from .intrinsics import async_copy, scalar_access, vector_load, vector_store, word_copy, word_offset
 from .warp_mma import split_tf32
 
 #: K of a tile: one 128-byte swizzled row of float32
@@ -17,6 +20,12 @@ BK = wl.TILE_K
 #: float32 more per row of a raw tile whose rows run along M or N: a thread's reads of A's
 #: column pairs 4 apart then fall on different banks
 PAD = 4
+#: float32 of a shifted raw tile's row along K (shifted_copier): the nine 16-byte words that hold
+#: a row's BK elements where its rows are not 16-byte aligned
+SHIFTED_ROW = BK + 4
+#: float32 more per k of a shifted raw tile whose rows run along M or N: one 16-byte word, and
+#: PAD's banks again
+SHIFTED_PAD = 2 * PAD + 4
 
 
 def raw_copier(rows: int, along_k: bool, swizzle: tuple[int, int], width: int, threads: int, offset_bits: int):
@@ -58,20 +67,36 @@ def raw_copier(rows: int, along_k: bool, swizzle: tuple[int, int], width: int, t
     return copy_across_k
 
 
+@dataclass(frozen=True)
+class Copies:
+    """How a build copies one operand: in straight-line steps (unrolled_copier) or rolled loops
+    (raw_copier), and whether its rows may be 16-byte aligned (`wide`: 16 bytes a copy where they
+    are at run time) or are not. Unaligned rows move 4 bytes a copy in loops, and as the whole
+    16-byte words that hold them in straight-line steps (shifted_copier)."""
+
+    straight: bool
+    wide: bool
+
+    @property
+    def shifted(self) -> bool:
+        return self.straight and not self.wide
+
+
 def operand_copier(rows: int, along_k: bool, swizzle: tuple[int, int], threads: int, offset_bits: int,
-                   wide_copies: str | None):
+                   copies: Copies):
     """copy(X, words, at, origin, k0, k_end, tid, wide): raw_copier's, 16 bytes a copy where
-    `wide` (X's rows are 16-byte aligned), else 4. `wide_copies` says how the 16-byte copies run:
-    "rolled" (raw_copier's loop) or "straight" (unrolled_copier's steps); None where the build's
-    rows are unaligned, so that every copy moves 4 bytes."""
+    `wide` (X's rows are 16-byte aligned), else 4, as `copies` says; shifted_copier's where its
+    rows are unaligned and the steps straight."""
+    if copies.shifted:
+        return shifted_copier(rows, along_k, threads, offset_bits)
     one = raw_copier(rows, along_k, swizzle, 1, threads, offset_bits)
-    if wide_copies is None:
+    if not copies.wide:
         @cuda.jit(device=True)
         def copy_narrow(X, words, at, origin, k0, k_end, tid, wide):
             one(X, words, at, origin, k0, k_end, tid)
 
         return copy_narrow
-    four = (unrolled_copier(rows, along_k, swizzle, threads, offset_bits) if wide_copies == "straight"
+    four = (unrolled_copier(rows, along_k, swizzle, threads, offset_bits) if copies.straight
             else raw_copier(rows, along_k, swizzle, 4, threads, offset_bits))
 
     @cuda.jit(device=True)
@@ -82,6 +107,94 @@ def operand_copier(rows: int, along_k: bool, swizzle: tuple[int, int], threads: 
             one(X, words, at, origin, k0, k_end, tid)
 
     return copy_either
+
+
+def raw_words(rows: int, along_k: bool = False, shifted: bool = False) -> int:
+    """float32 of one operand's raw tile of `rows` x BK: rows + PAD per k, or where the rows are
+    shifted (shifted_copier) SHIFTED_ROW per row along K or rows + SHIFTED_PAD per k."""
+    if not shifted:
+        return BK * (rows + PAD)
+    return rows * SHIFTED_ROW if along_k else BK * (rows + SHIFTED_PAD)
+
+
+def skewer(along_k: bool):
+    """skew(X, origin) -> (base, ld), which `shift` reads: how far into its row of a shifted raw
+    tile (shifted_copier) each row of X's tile at `origin` (its first row along K, else column)
+    starts. K-tiles start at multiples of 4, so it is the same for every K-tile."""
+    offset = word_offset()
+
+    @cuda.jit(device=True)
+    def skew(X, origin):
+        ld = X.shape[1]
+        return offset(X) + (origin * ld if along_k else origin), ld
+
+    return skew
+
+
+@cuda.jit(device=True)
+def shift(skew, x):
+    """Where row x of a shifted raw tile (a row of the tile along K, a k across it) starts in its
+    slot: its first element's place in its 16-byte word."""
+    return (skew[0] + x * skew[1]) & 3
+
+
+def shifted_copier(rows: int, along_k: bool, threads: int, offset_bits: int):
+    """raw_copier's copy for rows of X that are not 16-byte aligned: each row of the tile (along K,
+    or each k across it) moves as the nine (rows / 4 + 1) 16-byte words that hold it, 16 bytes a
+    copy, into a slot of SHIFTED_ROW (rows + SHIFTED_PAD) words, where it starts `shift` elements
+    in. Elements past X's edge or k_end are zeros; those before the row's start or after its end
+    in its first and last word are read, and never used."""
+    copy, skew_of = word_copy(offset_bits), skewer(along_k)
+    if along_k:
+        STEP_ROWS, EDGE = threads // (BK // 4), BK // 4
+
+        @cuda.jit(device=True)
+        def word_along_k(X, words, at, origin, k0, k_end, r, w, skew):
+            row = origin + r
+            left = k0 - shift(skew, r) + 4 * w  # X's column of the word's first element
+            count = min(max(k_end - left, 0), 4) if row < X.shape[0] and k0 < k_end else 0
+            # an element of the word inside X: its first, or (the first word) the tile's first
+            copy(words, (at + r * SHIFTED_ROW + 4 * w,), X, (row if count else 0, max(left, k0) if count else 0),
+                 count)
+
+        @cuda.jit(device=True)
+        def step_along_k(i, X, words, at, origin, k0, k_end, tid, skew):
+            word_along_k(X, words, at, origin, k0, k_end, (tid >> 3) + i * STEP_ROWS, tid & 7, skew)
+
+        steps = unrolled(step_along_k, rows * EDGE // threads)
+
+        @cuda.jit(device=True)
+        def copy_along_k(X, words, at, origin, k0, k_end, tid, wide):
+            skew = skew_of(X, origin)
+            steps(X, words, at, origin, k0, k_end, tid, skew)
+            if tid < rows:
+                word_along_k(X, words, at, origin, k0, k_end, tid, EDGE, skew)
+
+        return copy_along_k
+    PER_K = rows // 4  # 16-byte words along one k of an aligned tile
+    LOG_PER_K, STEP_K, SLOT = PER_K.bit_length() - 1, threads // PER_K, rows + SHIFTED_PAD
+
+    @cuda.jit(device=True)
+    def word_across_k(X, words, at, origin, k0, k_end, k, w, skew):
+        row = k0 + k
+        left = origin - shift(skew, k) + 4 * w  # X's column of the word's first element
+        count = min(max(X.shape[1] - left, 0), 4) if row < k_end else 0
+        copy(words, (at + k * SLOT + 4 * w,), X, (row if count else 0, max(left, origin) if count else 0), count)
+
+    @cuda.jit(device=True)
+    def step_across_k(i, X, words, at, origin, k0, k_end, tid, skew):
+        word_across_k(X, words, at, origin, k0, k_end, (tid >> LOG_PER_K) + i * STEP_K, tid & (PER_K - 1), skew)
+
+    steps = unrolled(step_across_k, BK * PER_K // threads)
+
+    @cuda.jit(device=True)
+    def copy_across_k(X, words, at, origin, k0, k_end, tid, wide):
+        skew = skew_of(X, origin)
+        steps(X, words, at, origin, k0, k_end, tid, skew)
+        if tid < BK:
+            word_across_k(X, words, at, origin, k0, k_end, tid, PER_K, skew)
+
+    return copy_across_k
 
 
 def unrolled_copier(rows: int, along_k: bool, swizzle: tuple[int, int], threads: int, offset_bits: int):
@@ -116,51 +229,83 @@ def unrolled_copier(rows: int, along_k: bool, swizzle: tuple[int, int], threads:
     return unrolled(step_across_k, BK * PER_K // threads)
 
 
-def b_splitter(bn: int, along_k: bool, a_raw: int, workers: int, straight: bool):
-    """split(words, raw, stage, tid): B's raw tile (`a_raw` words after the raw tile of A at word
-    `raw`) split into its big and small K-major swizzled tiles at word `stage` (the small one
+def b_splitter(bn: int, along_k: bool, a_raw: int, workers: int, straight: bool, shifted: bool = False):
+    """split(words, raw, stage, tid, skew): B's raw tile (`a_raw` words after the raw tile of A at
+    word `raw`) split into its big and small K-major swizzled tiles at word `stage` (the small one
     bn BK words further), bn * 8 / workers 16-byte words a thread. Where B's rows run along K
     (`along_k`) a warp's threads take the 8 words of 4 rows, else 32 rows of one word, so that
     their reads of the raw tile fall on distinct banks. With `straight`, the words are unrolled
-    steps whose places are shifts of the thread's index and constants."""
+    steps whose places are shifts of the thread's index and constants. With `shifted`, the raw
+    tile is shifted_copier's, whose rows start where `skew` (skewer's) says."""
     load1, store4, split = scalar_access(64)[0], vector_store(4), split_tf32(0)
-    TASKS, SMALL, LOG_BN = bn * 8 // workers, bn * BK, bn.bit_length() - 1
+    TASKS, SMALL, LOG_BN, SLOT = bn * 8 // workers, bn * BK, bn.bit_length() - 1, bn + SHIFTED_PAD
 
     @cuda.jit(device=True)
-    def b_column(words, raw_b, n, q, i):
+    def b_column(words, raw_b, n, q, i, skew):
         """B[k, n] of the raw tile at column i of split word q (k = 16 (q & 1) + 4 i + q // 2)."""
         k = 16 * (q & 1) + 4 * i + (q >> 1)
+        if shifted:
+            if along_k:
+                return load1(words, (raw_b + n * SHIFTED_ROW + shift(skew, n) + k,))
+            return load1(words, (raw_b + k * SLOT + shift(skew, k) + n,))
         if along_k:
             return load1(words, (raw_b + n * BK + ((((k >> 2) ^ (n & 7)) << 2) | (k & 3)),))
         return load1(words, (raw_b + k * (bn + PAD) + n,))
 
     @cuda.jit(device=True)
-    def split_word(words, raw, stage, n, q):
+    def split_word(words, raw, stage, n, q, skew):
         """Split word q of column n of B's raw tile into its big and small tiles at word `stage`."""
-        b0, s0 = split(b_column(words, raw + a_raw, n, q, 0))
-        b1, s1 = split(b_column(words, raw + a_raw, n, q, 1))
-        b2, s2 = split(b_column(words, raw + a_raw, n, q, 2))
-        b3, s3 = split(b_column(words, raw + a_raw, n, q, 3))
+        b0, s0 = split(b_column(words, raw + a_raw, n, q, 0, skew))
+        b1, s1 = split(b_column(words, raw + a_raw, n, q, 1, skew))
+        b2, s2 = split(b_column(words, raw + a_raw, n, q, 2, skew))
+        b3, s3 = split(b_column(words, raw + a_raw, n, q, 3, skew))
         place = stage + n * BK + ((q ^ (n & 7)) << 2)
         store4(words, (place,), (b0, b1, b2, b3))
         store4(words, (place + SMALL,), (s0, s1, s2, s3))
 
     @cuda.jit(device=True)
-    def split_b(words, raw, stage, tid):
+    def split_b(words, raw, stage, tid, skew):
         for j in range(TASKS):
             task = tid + j * workers
             if along_k:
                 n, q = task >> 3, task & 7
             else:
                 q, n = task // bn, task % bn
-            split_word(words, raw, stage, n, q)
+            split_word(words, raw, stage, n, q, skew)
 
     @cuda.jit(device=True)
-    def split_b_word(j, words, raw, stage, tid):
+    def split_b_word(j, words, raw, stage, tid, skew):
         """split_b's task tid + j workers."""
         if along_k:
-            split_word(words, raw, stage, (tid >> 3) + j * (workers >> 3), tid & 7)
+            split_word(words, raw, stage, (tid >> 3) + j * (workers >> 3), tid & 7, skew)
         else:
-            split_word(words, raw, stage, tid & (bn - 1), (tid >> LOG_BN) + j * (workers >> LOG_BN))
+            split_word(words, raw, stage, tid & (bn - 1), (tid >> LOG_BN) + j * (workers >> LOG_BN), skew)
 
     return unrolled(split_b_word, TASKS) if straight else split_b
+
+
+def a_reader(bm: int, along_k: bool, shifted: bool):
+    """a_word(words, raw, r, c, skew) -> A[r, 4 c .. 4 c + 3] of the raw tile at word `raw`: one
+    16-byte read where A's rows run along K, four reads of a column each else, and four reads
+    where the raw tile is shifted_copier's (whose rows start where `skew`, skewer's, says)."""
+    load1, load4 = scalar_access(64)[0], vector_load(4, 64)
+    COLUMN, SLOT = bm + PAD, bm + SHIFTED_PAD
+
+    @cuda.jit(device=True)
+    def a_word(words, raw, r, c, skew):
+        if shifted:
+            if along_k:
+                at = raw + r * SHIFTED_ROW + shift(skew, r) + 4 * c
+                return load1(words, (at,)), load1(words, (at + 1,)), load1(words, (at + 2,)), load1(words, (at + 3,))
+            k = 4 * c
+            return (load1(words, (raw + k * SLOT + shift(skew, k) + r,)),
+                    load1(words, (raw + (k + 1) * SLOT + shift(skew, k + 1) + r,)),
+                    load1(words, (raw + (k + 2) * SLOT + shift(skew, k + 2) + r,)),
+                    load1(words, (raw + (k + 3) * SLOT + shift(skew, k + 3) + r,)))
+        if along_k:
+            return load4(words, (raw + r * BK + ((c ^ ((r & 1) << 2)) << 2),))
+        at = raw + 4 * c * COLUMN + r
+        return load1(words, (at,)), load1(words, (at + COLUMN,)), load1(words, (at + 2 * COLUMN,)), load1(
+            words, (at + 3 * COLUMN,))
+
+    return a_word

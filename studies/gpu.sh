@@ -7,7 +7,8 @@
 #                          every candidate at step 25's 124 shapes (seeded generator, seeds 2222 4444
 #                          5555 6666 7777, and 24 skinny shapes of seed 7; none of the bench's suites)
 #   retable WHAT I/N       part I of N of the shipped table's candidates timed again, anchored
-#                          (studies/table.py retime --changed WHAT: stream, unaligned or unaligned-c)
+#                          (studies/table.py retime --changed WHAT: stream, unaligned, unaligned-c or
+#                          wgmma-unaligned)
 #   extend FAMILY I/N      part I of N of FAMILY's tiles added to the shipped table (or TABLE), anchored,
 #                          and ODD_COUNT (default 0) large shapes with unaligned rows added with every
 #                          tile (studies/table.py extend --family FAMILY --odd-count ODD_COUNT)
@@ -28,7 +29,8 @@
 #                          takes the rest of the line, so it comes last
 #   SUITE                  `mmtune bench --peers --shapes SUITE` (wide, seeded, standard, coverage, or
 #                          shapes MxNxK,...) for at most SUITE_SECONDS (default 300), mmtune's kernels of
-#                          precision PRECISION where set (into SUITE-PRECISION); `peers` is a no-op word
+#                          precision PRECISION where set (into SUITE-PRECISION; a list of shapes over 80
+#                          characters into shapes-HASH-PRECISION); `peers` is a no-op word
 #                          (`peers wide seeded`)
 #
 # STEP (default `run`) names the work folder /tmp/STEP and the pack OUT/STEP.tgz; DEADLINE (default
@@ -64,7 +66,7 @@ while [ $# -gt 0 ]; do
         --seconds $(( t - 20 )) 2>&1 | quiet | tee -a "$out/$name.txt"
       ;;
     retable)
-      what=${1:?retable needs stream, unaligned or unaligned-c}; slice=${2:?retable needs I/N}; shift 2
+      what=${1:?retable needs stream, unaligned, unaligned-c or wgmma-unaligned}; slice=${2:?retable needs I/N}; shift 2
       name=table-${slice/\//of}; t=$(left)
       timeout "$t" python3 studies/table.py retime --changed "$what" --out "$out/$name.json" --store "/tmp/store-$step" \
         --part "$slice" --seconds $(( t - 20 )) 2>&1 | quiet | tee -a "$out/$name.txt"
@@ -124,7 +126,9 @@ while [ $# -gt 0 ]; do
       ;;
     peers) ;;
     *)
-      run=$part${PRECISION:+-$PRECISION}
+      run=$part
+      [ ${#run} -gt 80 ] && run=shapes-$(printf %s "$part" | md5sum | cut -c1-8)  # a long list of shapes
+      run=$run${PRECISION:+-$PRECISION}
       mkdir -p "$out/$run"
       t0=$(date +%s)
       timeout "${SUITE_SECONDS:-300}" python3 -m autotune bench --peers --shapes "$part" ${PRECISION:+--precision "$PRECISION"} \

@@ -17,7 +17,7 @@ I-th, so that the work can span device calls sharing one --store; `studies/gpu.s
 
     python3 studies/table.py measure --out PART.json --seeds 2222 4444 5555 6666 7777 --count 20 \
         --skinny 7 --skinny-count 24 [--part 0/2] [--shapes 1500x1500x1500 ...] [--dry]
-    python3 studies/table.py retime --changed stream|unaligned|unaligned-c --out PART.json [--part 0/2]
+    python3 studies/table.py retime --changed stream|unaligned|unaligned-c|wgmma-unaligned --out PART.json [--part 0/2]
     python3 studies/table.py extend --family wgmma [--odd-count 16] --out PART.json [--part 0/2] [--table T]
     python3 studies/table.py records --out FILE.json [--dtype float32] [--label L]
     python3 studies/table.py jobs JOBS.json --out FILE.json
@@ -35,7 +35,9 @@ over its speed now scales the new speeds onto the table's (the `anchored` step o
 --changed names: `stream`, every tile streamed (STREAM_WORKERS blocks per SM) at every shape;
 `unaligned`, at shapes with N or K not a multiple of 4 the candidates that fetch 16 bytes through
 registers (wide_fetch without async_copy); `unaligned-c`, at shapes with N not a multiple of 4 the
-candidates that add into C (K split or streamed) and ran within --within of the shape's best.
+candidates that add into C (K split or streamed) and ran within --within of the shape's best;
+`wgmma-unaligned` (step 48), at shapes with N or K not a multiple of 4 the wgmma candidates with
+straight-line producers, which move unaligned rows as whole 16-byte words.
 
 `extend` (step 40): a family's tiles (family_tiles) at the table's shapes, under the policies its
 schedules have (autotune.select.neighbours.policies_for), each shape anchored by its best earlier
@@ -114,6 +116,16 @@ STEP45_HASHES = {"wgmma": "c43413822251788d", "dmma": "6a8ed525d0516fdb", "tf32x
 STEP47_HASHES = {"wgmma": "37b5840ad9871f44"}
 STEP47_MOVED_HASHES = {"wgmma": "a2f68dde27f49157"}
 
+#: every family's source hash after step 48 gave the intrinsics a copy of whole 16-byte words and
+#: wgmma's two producers moved unaligned rows so: the same sm_90 PTX for every shipped record
+#: (studies/ptx_same.py), all of them built for aligned rows; the table's re-timing ran code that
+#: placed each word's address by a word count, which its docstrings and the copy's five arguments
+#: (the house's limit) followed
+STEP48_HASHES = {"wgmma": "947e1f409052d61d", "dmma": "df3f3b74702f5b00", "tf32x3": "c6ac8e0b6516a29b",
+                 "vector": "26a0bc50e0850d9e", "splitk": "1991a8c9bca3ce1a", "register": "ef4894be68330e68",
+                 "streamk": "763fc9a2f2b8382e", "shared": "eee9fce37798d5e2", "naive": "e548680c9445bcc0",
+                 "gemv": "cb9d2a7c451f3b79"}
+
 SHIPPED = {
     "measured/nvidia-h200.json.xz": [
         {"step": "table", "commit": "9494194",
@@ -153,6 +165,14 @@ SHIPPED = {
         {"step": "relabel", "commit": "step 47 (issue 39)", "field": "wgmma_kernels", "hashes": STEP47_MOVED_HASHES,
          "what": "step 47: B's split moved into kernels/wgmma_copies.py, which compiles to the code the tiles "
                  "were measured on"},
+        {"step": "anchored", "commit": "step 48 (issue 39)", "field": "wgmma_kernels",
+         "what": "step 48: the wgmma candidates with two producer warpgroups, which now move unaligned rows as "
+                 "whole 16-byte words, timed again at the 55 shapes with N or K not a multiple of 4, anchored",
+         "parts": ["h200/step48/table/table-0of1.json.xz"]},
+        {"step": "relabel", "commit": "step 48 (issue 39)", "field": "wgmma_kernels", "hashes": STEP48_HASHES,
+         "what": "step 48: the copy of whole words given its word by an element's index rather than a word "
+                 "count, and the wgmma docstrings, after the re-timing (the prototype's new jobs again: "
+                 "studies/h100/step48/prototype/final.json.xz)"},
     ],
     "records/nvidia-h200.json": [
         {"step": "promote", "commit": "9494194", "file": "h200/step25/retimed.json.xz",
@@ -218,6 +238,9 @@ SHIPPED = {
         {"step": "relabel", "commit": "step 47 (issue 39)", "hashes": STEP47_MOVED_HASHES,
          "what": "step 47: B's split moved into kernels/wgmma_copies.py: the same sm_90 PTX for the 16 promoted "
                  "records (studies/ptx_same.py)"},
+        {"step": "relabel", "commit": "step 48 (issue 39)", "hashes": STEP48_HASHES,
+         "what": "step 48: wgmma's two producers move unaligned rows as whole 16-byte words: the same sm_90 PTX "
+                 "for all 51 records (studies/ptx_same.py)"},
     ],
     "records/nvidia-h100-80gb-hbm3.json": [
         {"step": "promote", "commit": "step 39 (issue 39)", "file": "h100/step39/tune/tuned.json.xz",
@@ -253,6 +276,9 @@ SHIPPED = {
         {"step": "promote", "commit": "step 47 (issue 39)", "file": "h100/step47/nt-tune/tuned.json.xz",
          "what": "step 47: x @ W.T (NT) with W of 4096 x 4096 tuned in tf32x3 at M = 64 (wgmma, 24 trials; a new "
                  "row) and M = 4 (gemv, 30 trials; faster than the record)"},
+        {"step": "relabel", "commit": "step 48 (issue 39)", "hashes": STEP48_HASHES,
+         "what": "step 48: wgmma's two producers move unaligned rows as whole 16-byte words: the same sm_90 PTX "
+                 "for all 27 records (studies/ptx_same.py)"},
     ],
 }
 
@@ -457,7 +483,7 @@ SKINNY_VARIANTS = [
     {"bm": 256, "bn": 256, "bk": 16, "tm": 8, "tn": 8},
     {"bm": 128, "bn": 128, "bk": 32, "tm": 4, "tn": 4},
 ]
-CHANGED = ("stream", "unaligned", "unaligned-c")
+CHANGED = ("stream", "unaligned", "unaligned-c", "wgmma-unaligned")
 #: the sizes of `extend --odd-count`'s shapes: large products, which the seeded shapes' odd ones
 #: seldom are
 ODD_RANGE = (1024, 8192)
@@ -573,6 +599,10 @@ def changed_by(what: str):
         return lambda family, params: bool(params.get("wide_fetch") and not params.get("async_copy"))
     if what == "unaligned-c":
         return lambda family, params: adds_into_c(params)
+    if what == "wgmma-unaligned":
+        from kernels.wgmma import STRAIGHT_PRODUCERS
+
+        return lambda family, params: family == "wgmma" and params.get("producer") in STRAIGHT_PRODUCERS
     raise ValueError(what)
 
 
@@ -653,7 +683,7 @@ def retime_jobs(table: dict, what: str, part: str, within: float) -> list[dict]:
         tiles = list(enumerate(table["tiles"]))
         return [j for shape in part_of(table["shapes"], part) for j in added_jobs(table, shape, tiles, (STREAM,))]
     changed = changed_by(what)
-    if what == "unaligned":
+    if what in ("unaligned", "wgmma-unaligned"):
         shapes = [s for s in table["shapes"] if s["n"] % 4 or s["k"] % 4]
         return [j for shape in part_of(shapes, part) for j in changed_jobs(table, shape, changed)]
     shapes = [s for s in table["shapes"] if s["n"] % 4]

@@ -89,6 +89,33 @@ def test_producer_warpgroups_feed_two_multiplying_ones(layout, shape, stages, sp
     assert error.max() <= 2.0**-21, error.max()
 
 
+def _offset_device(x: np.ndarray, skip: int):
+    """x on the device, its first element `skip` 4-byte elements past a 16-byte boundary."""
+    flat = np.zeros(x.size + skip, x.dtype)
+    flat[skip:] = x.ravel()
+    return cuda.to_device(flat)[skip:].reshape(x.shape)
+
+
+@pytest.mark.parametrize("layout, skip", [("NN", 1), ("NT", 2), ("TN", 3), ("TT", 0)])
+def test_two_producers_move_unaligned_rows_as_whole_words(layout, skip, rng):
+    """Where rows are not 16-byte aligned, two producer warpgroups copy each row of a tile as the
+    16-byte words that hold it, and every reader finds its elements shifted in their slots: rows
+    along K and across it in each operand, arrays whose first element is off its 16-byte word
+    (A by `skip` elements, B by 3 - skip), K split in two with a partial last tile, and tiles past
+    C's edges."""
+    m, n, k = 67, 37, 75
+    A, B = rng.uniform(-1, 1, (m, k)).astype(np.float32), rng.uniform(-1, 1, (k, n)).astype(np.float32)
+    config = {"bm": 128, "bn": 64, "stages": 3, "splits": 2, "min_blocks": 1, "producer": 2}
+    kernel = kernels.build_for("wgmma", config, "float32", (m, n, k), layout)
+    assert kernel.unaligned == "AB"
+    stored_a = np.ascontiguousarray(A.T) if layout[0] == "T" else A
+    stored_b = np.ascontiguousarray(B.T) if layout[1] == "T" else B
+    C = cuda.to_device(np.zeros((m, n), np.float32))
+    kernel(_offset_device(stored_a, skip), _offset_device(stored_b, 3 - skip), C)
+    error = np.abs(C.copy_to_host() - A.astype(np.float64) @ B) / (np.abs(A) @ np.abs(B))
+    assert error.max() <= 2.0**-21, error.max()
+
+
 @pytest.mark.skipif(ON_GPU, reason="the simulator's layout rule can be swapped")
 @pytest.mark.parametrize("layout", ["NN", "TN"])
 def test_a_wrong_k_permutation_on_one_side_is_caught(layout, monkeypatch, rng):
