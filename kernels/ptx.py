@@ -147,30 +147,17 @@ def async_copy(width: int, bits: int):
 
     @intrinsic
     def copy(typingctx, dst, dst_index, src, src_index, valid):
-        if not (_indexable(dst, dst_index) and _indexable(src, src_index)) or dst.dtype != src.dtype:
+        if not _copyable(dst, dst_index, src, src_index):
             return None
 
         def codegen(context, builder, sig, args):
-            dst_type, dst_index_type, src_type, src_index_type, valid_type = sig.args
-            element = context.get_value_type(dst_type.dtype)
+            element, target, source = _copy_addresses(context, builder, sig, args, bits)
             size = width * context.get_abi_sizeof(element)
-            target = _element_pointer(context, builder, (dst_type, dst_index_type), (args[0], args[1]), bits=64)
-            source = _element_pointer(context, builder, (src_type, src_index_type), (args[2], args[3]), bits=bits)
             i32 = ir.IntType(32)
-            # Cast to the shared and global address spaces in LLVM, where the backend folds them
-            # into the addressing; inline PTX would convert generic addresses at run time.
-            target = builder.ptrtoint(builder.addrspacecast(target, ir.PointerType(element, 3)), i32)
-            source = builder.ptrtoint(builder.addrspacecast(source, ir.PointerType(element, 1)), ir.IntType(64))
-            valid = context.cast(builder, args[4], valid_type, types.boolean)
+            valid = context.cast(builder, args[4], sig.args[4], types.boolean)
             read = builder.select(valid, ir.Constant(i32, size), ir.Constant(i32, 0))
             cache = "cg" if size == VECTOR_BYTES else "ca"  # .cg (L2 only) exists for 16-byte copies alone
-            builder.asm(
-                ir.FunctionType(ir.VoidType(), [i32, ir.IntType(64), i32]),
-                f"cp.async.{cache}.shared.global [$0], [$1], {size}, $2;",
-                "r,l,r,~{memory}",
-                [target, source, read],
-                True,
-            )
+            _start_copy(builder, f"cp.async.{cache}.shared.global [$0], [$1], {size}, $2;", (target, source, read))
             return context.get_dummy_value()
 
         return types.none(dst, dst_index, src, src_index, valid), codegen
@@ -185,31 +172,50 @@ def word_copy(bits: int):
 
     @intrinsic
     def copy(typingctx, dst, dst_index, src, src_index, count):
-        if not (_indexable(dst, dst_index) and _indexable(src, src_index)) or dst.dtype != src.dtype:
+        if not _copyable(dst, dst_index, src, src_index):
             return None
 
         def codegen(context, builder, sig, args):
-            element = context.get_value_type(sig.args[0].dtype)
-            itemsize = context.get_abi_sizeof(element)
-            i32, i64 = ir.IntType(32), ir.IntType(64)
-            target = _element_pointer(context, builder, sig.args[:2], args[:2], bits=64)
-            source = _element_pointer(context, builder, sig.args[2:4], args[2:4], bits=bits)
-            target = builder.ptrtoint(builder.addrspacecast(target, ir.PointerType(element, 3)), i32)
-            source = builder.ptrtoint(builder.addrspacecast(source, ir.PointerType(element, 1)), i64)
-            source = builder.and_(source, ir.Constant(i64, -VECTOR_BYTES))
-            read = builder.mul(context.cast(builder, args[4], sig.args[4], types.int32), ir.Constant(i32, itemsize))
-            builder.asm(
-                ir.FunctionType(ir.VoidType(), [i32, i64, i32]),
-                f"cp.async.cg.shared.global [$0], [$1], {VECTOR_BYTES}, $2;",
-                "r,l,r,~{memory}",
-                [target, source, read],
-                True,
-            )
+            element, target, source = _copy_addresses(context, builder, sig, args, bits)
+            i32 = ir.IntType(32)
+            source = builder.and_(source, ir.Constant(ir.IntType(64), -VECTOR_BYTES))
+            read = builder.mul(context.cast(builder, args[4], sig.args[4], types.int32),
+                               ir.Constant(i32, context.get_abi_sizeof(element)))
+            _start_copy(builder, f"cp.async.cg.shared.global [$0], [$1], {VECTOR_BYTES}, $2;", (target, source, read))
             return context.get_dummy_value()
 
         return types.none(dst, dst_index, src, src_index, count), codegen
 
     return copy
+
+
+def _copyable(dst, dst_index, src, src_index) -> bool:
+    """Whether a copy's Numba types index two arrays of one dtype."""
+    return _indexable(dst, dst_index) and _indexable(src, src_index) and dst.dtype == src.dtype
+
+
+def _copy_addresses(context, builder, sig, args, bits: int):
+    """(element type, dst[dst_index] as a shared i32 address, src[src_index] as a global i64
+    address) of a copy's first four arguments. Cast to the shared and global address spaces in
+    LLVM, where the backend folds them into the addressing; inline PTX would convert generic
+    addresses at run time."""
+    from llvmlite import ir
+
+    element = context.get_value_type(sig.args[0].dtype)
+    target = _element_pointer(context, builder, sig.args[:2], args[:2], bits=64)
+    source = _element_pointer(context, builder, sig.args[2:4], args[2:4], bits=bits)
+    target = builder.ptrtoint(builder.addrspacecast(target, ir.PointerType(element, 3)), ir.IntType(32))
+    source = builder.ptrtoint(builder.addrspacecast(source, ir.PointerType(element, 1)), ir.IntType(64))
+    return element, target, source
+
+
+def _start_copy(builder, instruction: str, operands: tuple) -> None:
+    """`instruction`, a cp.async of (shared i32 address, global i64 address, i32 bytes to read)."""
+    from llvmlite import ir
+
+    i32 = ir.IntType(32)
+    builder.asm(ir.FunctionType(ir.VoidType(), [i32, ir.IntType(64), i32]), instruction, "r,l,r,~{memory}",
+                list(operands), True)
 
 
 def word_offset():

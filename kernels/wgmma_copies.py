@@ -139,14 +139,16 @@ def shift(skew, x):
 
 
 def shifted_copier(rows: int, along_k: bool, threads: int, offset_bits: int):
-    """raw_copier's copy for rows of X that are not 16-byte aligned: each row of the tile (along K,
-    or each k across it) moves as the nine (rows / 4 + 1) 16-byte words that hold it, 16 bytes a
-    copy, into a slot of SHIFTED_ROW (rows + SHIFTED_PAD) words, where it starts `shift` elements
-    in. Elements past X's edge or k_end are zeros; those before the row's start or after its end
-    in its first and last word are read, and never used."""
+    """raw_copier's copy for rows of X that are not 16-byte aligned: each row of the tile along K
+    moves as the nine 16-byte words that hold it (each k across it as rows / 4 + 1 words), 16 bytes
+    a copy, into a slot of SHIFTED_ROW (rows + SHIFTED_PAD) float32, where it starts `shift`
+    elements in. Elements past X's edge or k_end are zeros; those of its first word before the
+    row's start (up to 12 bytes, before X's first element on its first row where X itself is not
+    16-byte aligned: within the same word of its allocation) and those of its last word past its
+    end but inside X are read, and never used."""
     copy, skew_of = word_copy(offset_bits), skewer(along_k)
     if along_k:
-        STEP_ROWS, EDGE = threads // (BK // 4), BK // 4
+        STEP_ROWS, WORDS = threads // (BK // 4), BK // 4  # words of an aligned row
 
         @cuda.jit(device=True)
         def word_along_k(X, words, at, origin, k0, k_end, r, w, skew):
@@ -161,14 +163,14 @@ def shifted_copier(rows: int, along_k: bool, threads: int, offset_bits: int):
         def step_along_k(i, X, words, at, origin, k0, k_end, tid, skew):
             word_along_k(X, words, at, origin, k0, k_end, (tid >> 3) + i * STEP_ROWS, tid & 7, skew)
 
-        steps = unrolled(step_along_k, rows * EDGE // threads)
+        steps = unrolled(step_along_k, rows * WORDS // threads)
 
         @cuda.jit(device=True)
         def copy_along_k(X, words, at, origin, k0, k_end, tid, wide):
             skew = skew_of(X, origin)
             steps(X, words, at, origin, k0, k_end, tid, skew)
             if tid < rows:
-                word_along_k(X, words, at, origin, k0, k_end, tid, EDGE, skew)
+                word_along_k(X, words, at, origin, k0, k_end, tid, WORDS, skew)  # each row's last word
 
         return copy_along_k
     PER_K = rows // 4  # 16-byte words along one k of an aligned tile

@@ -119,12 +119,12 @@ STEP47_MOVED_HASHES = {"wgmma": "a2f68dde27f49157"}
 #: every family's source hash after step 48 gave the intrinsics a copy of whole 16-byte words and
 #: wgmma's two producers moved unaligned rows so: the same sm_90 PTX for every shipped record
 #: (studies/ptx_same.py), all of them built for aligned rows; the table's re-timing ran code that
-#: placed each word's address by a word count, which its docstrings and the copy's five arguments
-#: (the house's limit) followed
-STEP48_HASHES = {"wgmma": "947e1f409052d61d", "dmma": "df3f3b74702f5b00", "tf32x3": "c6ac8e0b6516a29b",
-                 "vector": "26a0bc50e0850d9e", "splitk": "1991a8c9bca3ce1a", "register": "ef4894be68330e68",
-                 "streamk": "763fc9a2f2b8382e", "shared": "eee9fce37798d5e2", "naive": "e548680c9445bcc0",
-                 "gemv": "cb9d2a7c451f3b79"}
+#: placed each word's address by a word count, which the copy's five arguments (the house's
+#: limit), the docstrings and cp.async's address code shared with the new copy followed
+STEP48_HASHES = {"wgmma": "1d99f6ede78de43f", "dmma": "fca8366bde2e5f75", "tf32x3": "e3f94a981d85de32",
+                 "vector": "975e277a70850b48", "splitk": "82d63ba512d0e0f3", "register": "933e693c2dd6d661",
+                 "streamk": "fbf9937219dee21f", "shared": "eee9fce37798d5e2", "naive": "e548680c9445bcc0",
+                 "gemv": "bee80c995fa8a277"}
 
 SHIPPED = {
     "measured/nvidia-h200.json.xz": [
@@ -171,8 +171,8 @@ SHIPPED = {
          "parts": ["h200/step48/table/table-0of1.json.xz"]},
         {"step": "relabel", "commit": "step 48 (issue 39)", "field": "wgmma_kernels", "hashes": STEP48_HASHES,
          "what": "step 48: the copy of whole words given its word by an element's index rather than a word "
-                 "count, and the wgmma docstrings, after the re-timing (the prototype's new jobs again: "
-                 "studies/h100/step48/prototype/final.json.xz)"},
+                 "count, its address code shared with cp.async's, and the wgmma docstrings, after the "
+                 "re-timing (the prototype's jobs again: studies/h100/step48/prototype/final.json.xz)"},
     ],
     "records/nvidia-h200.json": [
         {"step": "promote", "commit": "9494194", "file": "h200/step25/retimed.json.xz",

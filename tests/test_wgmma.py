@@ -1,7 +1,8 @@
 """The warpgroup family (kernels/wgmma.py): which GPUs run it and how its builds are stored, and,
 under the simulator, the cases the sampled property tests (tests/sampled.py) do not reach: two
 warpgroups a block, and a K long enough for the ring of raw tiles and both split stages to wrap.
-The layouts, unaligned rows and offset widths are the sampled tests' (64 x 64 configs); Inf, NaN and
+The layouts, unaligned rows and offset widths are the sampled tests' (64 x 64 configs), and here
+the whole 16-byte words that two producer warpgroups move unaligned rows as; Inf, NaN and
 the float32 range's edges are tests/test_special_values.py's; the instruction's layout rules are
 tests/test_wgmma_layout.py's."""
 
@@ -101,9 +102,9 @@ def test_two_producers_move_unaligned_rows_as_whole_words(layout, skip, rng):
     """Where rows are not 16-byte aligned, two producer warpgroups copy each row of a tile as the
     16-byte words that hold it, and every reader finds its elements shifted in their slots: rows
     along K and across it in each operand, arrays whose first element is off its 16-byte word
-    (A by `skip` elements, B by 3 - skip), K split in two with a partial last tile, and tiles past
-    C's edges."""
-    m, n, k = 67, 37, 75
+    (A by `skip` elements, B by 3 - skip), K split in two with a partial last tile, and two tiles
+    of C each way, the second past C's edges (a tile's first row and column shift its rows too)."""
+    m, n, k = 131, 67, 75
     A, B = rng.uniform(-1, 1, (m, k)).astype(np.float32), rng.uniform(-1, 1, (k, n)).astype(np.float32)
     config = {"bm": 128, "bn": 64, "stages": 3, "splits": 2, "min_blocks": 1, "producer": 2}
     kernel = kernels.build_for("wgmma", config, "float32", (m, n, k), layout)
