@@ -84,8 +84,11 @@ def test_sweep_prints_the_seeds_tables_in_the_simulator(tmp_path):
     result = invoke("sweep", "--sizes", "4,6", "--blocks", "8", "--elements", "16", "--register-size", 9, "--out", tmp_path, "--simulate")
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[0].strip() == "global memory (naive), GFLOPS"
-    assert lines[2].startswith("┃ size  ┃ 8*8") and lines[4].startswith("│ 4*4*4 │") and lines[5].startswith("│ 6*6*6 │")
+    # the title wraps where the simulator's timings make the table narrower than it
+    top = next(index for index, line in enumerate(lines) if line.startswith("┏"))
+    assert " ".join(line.strip() for line in lines[:top]) == "global memory (naive), GFLOPS"
+    assert lines[top + 1].startswith("┃ size  ┃ 8*8")
+    assert lines[top + 3].startswith("│ 4*4*4 │") and lines[top + 4].startswith("│ 6*6*6 │")
     assert "register 32x32 tiles at 9^3" in result.stdout and "│ 16                  │ 64      │" in result.stdout
     assert lines[-1] == f"on simulator; written to {tmp_path}"
     assert "measuring shared 6^3, block 8x8\n" in result.stderr
