@@ -47,7 +47,9 @@ else:
                   "min_blocks": 1},
                  {"mma": "m16n8k4", "bm": 16, "bn": 8, "bk": 8, "warps_m": 1, "warps_n": 1, "stages": 2,
                   "splits": 2, "min_blocks": 1}],
-        "wgmma": [{"bm": 64, "bn": 64, "stages": 2, "splits": 1, "min_blocks": 1, "producer": 0}],
+        # with two producers, the odd rows move as whole 16-byte words (kernels.wgmma_copies.shifted_copier)
+        "wgmma": [{"bm": 64, "bn": 64, "stages": 2, "splits": 1, "min_blocks": 1, "producer": 0},
+                  {"bm": 128, "bn": 64, "stages": 3, "splits": 2, "min_blocks": 1, "producer": 2}],
     }
 DTYPE = {"tf32x3": "float32", "dmma": "float64", "wgmma": "float32"}
 #: float32 operands are held to 2**-147 by tf32x3's scaled small parts (kernels.warp_mma.split_tf32)
