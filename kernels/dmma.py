@@ -9,7 +9,12 @@ and the warp issues one mma per tile. Tiles of A and B come into shared memory b
 copies STAGES - 1 tiles ahead, moved as `vector`'s are (kernels.tiles.tile_copier, any layout),
 and lie there as sA[k, m] and sB[k, n] with PAD_BYTES more per row: a lane reads rows
 k = lane % 4 (+ 4 v) at column lane // 4, and rows 32 bytes (mod 128) apart put a warp's 32
-reads on distinct banks.
+reads on distinct banks. With `stored` "k" they lie as sA[m, k] and sB[n, k]; with "memory"
+each lies as it does in memory (A in N and B in T K-major), so that every copy moves 16 bytes.
+Then the k's a lane holds are adjacent in the tile: the instruction's k = lane % 4 + 4 v is the
+tile's lane % 4 * (K / 4) + v, for A and B alike, which leaves the sum unchanged; a K-major
+tile's row gives them two a load. Rows are padded (kernels.mma_space.tile_rows) so that a
+warp's loads fall on distinct banks.
 Parameters:
   mma                 the instruction's shape, M x N x K (kernels.warp_mma.SHAPES): m8n8k4 on
                       sm_80 and later, the 16-row ones on sm_90
@@ -18,6 +23,8 @@ Parameters:
   stages              shared tiles, 2 to 5 (dynamic shared memory past 48 KB)
   splits              blocks along K per tile of C, adding into C atomically (as `splitk`)
   min_blocks          blocks per SM ptxas must leave registers for (launch_bounds)
+  stored              how the tiles lie in shared memory: "mn" along M and N, "k" along K, "memory"
+                      as in memory (instructions with K >= 8 for "k" and "memory", K = 8 for "memory")
 """
 
 from __future__ import annotations
@@ -45,14 +52,16 @@ from .intrinsics import (
     reduce_add,
     rows_aligned,
     scalar_access,
+    vector_load,
     vector_width,
 )
 from .mma_space import (  # noqa: F401  the space dmma and tf32x3 declare
     DEFAULT,
     DTYPE,
-    FIRST_SHAPES,
+    FIRST_BY_ARCH,
     FIRST_TILE,
     KIND,
+    K_MAJOR_LOAD,
     MAX_ACCUMULATOR_REGISTERS,
     PAD_BYTES,
     PARTS,
@@ -62,14 +71,17 @@ from .mma_space import (  # noqa: F401  the space dmma and tf32x3 declare
     fits,
     footprint,
     instructions,
+    k_major_operands,
+    lane_k,
     pad,
     restrict,
     shared_bytes,
     tensor_tile,
+    tile_rows,
     threads_per_block,
     warp_tiles,
 )
-from .tiles import Movement, tile_copier
+from .tiles import Movement, parts, tile_copier
 from .warp_mma import SHAPES, SMALL_SCALE, WARP, counts, split_tf32
 from .warp_mma import mma as warp_mma
 
@@ -97,29 +109,33 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
     CHUNK = config.get("chunk", 1)  # steps of the instruction's K summed before adding to acc
     A_STEP, B_STEP = A_HELD * PARTS_HELD, B_HELD * PARTS_HELD  # one step's fragments
     A_FRAGMENT, B_FRAGMENT = CHUNK * A_STEP, CHUNK * B_STEP
-    PAD = pad(dtype)
+    PERMUTED = config.get("stored", "mn") != "mn"  # a lane's k's adjacent in the tile
+    K_MAJOR = k_major_operands(config, layout)
+    A_K, B_K = "A" in K_MAJOR, "B" in K_MAJOR
+    PER_LANE = lane_k(config)
     THREADS = threads_per_block(config)
     VEC = vector_width(itemsize(dtype))
     elem_t = numba_type(dtype)
 
-    SA_SHAPE, SB_SHAPE = (STAGES, BK, BM + PAD), (STAGES, BK, BN + PAD)
-    SHARED_BYTES = shared_bytes(config, dtype)
+    a_rows, b_rows = tile_rows(config, dtype, layout)
+    SA_SHAPE, SB_SHAPE = (STAGES, *a_rows), (STAGES, *b_rows)
+    SHARED_BYTES = shared_bytes(config, dtype, layout)
     DYNAMIC = SHARED_BYTES > DEFAULT_DYNAMIC_SHARED
     if DYNAMIC:
         shared_a = dynamic_shared_array(SA_SHAPE, elem_t, 0)
-        shared_b = dynamic_shared_array(SB_SHAPE, elem_t, STAGES * BK * (BM + PAD))
+        shared_b = dynamic_shared_array(SB_SHAPE, elem_t, STAGES * a_rows[0] * a_rows[1])
     ALIGN = SHARED_ALIGNMENT
-    # the parts copied 16 bytes at a time are those stored as they are: A passed transposed, B not
-    NARROW = "".join(name for name, wide in (("A", layout[0] == "T"), ("B", layout[1] == "N"))
-                     if wide and name in unaligned)
-    A_ALIGNMENT_TESTED = layout[0] == "T" and "A" not in NARROW
-    B_ALIGNMENT_TESTED = layout[1] == "N" and "B" not in NARROW
-    movement = Movement(THREADS, VEC, layout=layout, offset_bits=offset_bits)
+    # the parts copied 16 bytes at a time are those stored as they lie in memory
+    wide = {name: not part.transposed for name, part in zip("AB", parts(BM, BN, BK, layout, K_MAJOR))}
+    NARROW = "".join(name for name in "AB" if wide[name] and name in unaligned)
+    A_ALIGNMENT_TESTED = wide["A"] and "A" not in NARROW
+    B_ALIGNMENT_TESTED = wide["B"] and "B" not in NARROW
+    movement = Movement(THREADS, VEC, layout=layout, offset_bits=offset_bits, k_major=K_MAJOR)
     copy_checked = tile_copier(BM, BN, BK, movement)
     copy_unchecked = tile_copier(BM, BN, BK, replace(movement, checked=False), narrow=NARROW)
     commit, wait_for_oldest = async_commit(), async_wait(STAGES - 2)
     origin, dims = tile_origin(BM, BN), product_shape(layout)
-    load_shared = scalar_access(64)[0]
+    load_shared, load_pair = scalar_access(64)[0], vector_load(K_MAJOR_LOAD)
     mma = warp_mma(config["mma"], KIND[dtype])
     gather_a, gather_b, gather_c = (_gather(count) for count in (A_PER, B_PER, C_PER))
     aligned = rows_aligned(VEC)
@@ -164,6 +180,46 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
             return c[0] + d[0], c[1] + d[1], c[2] + d[2], c[3] + d[3]
 
     @cuda.jit(device=True)
+    def read_a(i, s, k, sA, stage, a_row, a_frag):
+        """Step s's elements of A's tile row i of this lane, its k's adjacent from k on: two a
+        load along a K-major tile's row, one a load down a column of the other."""
+        for v0 in range(HALVES):
+            row = a_row + i * IM + 8 * v0
+            first = s * A_STEP + i * A_PER + v0
+            if A_K:
+                for v1 in range(0, PER_LANE, K_MAJOR_LOAD):
+                    pair = load_pair(sA, (stage, row, k + v1))
+                    keep(a_frag, first + HALVES * v1, A_HELD, pair[0])
+                    keep(a_frag, first + HALVES * (v1 + 1), A_HELD, pair[1])
+            else:
+                for v1 in range(PER_LANE):
+                    keep(a_frag, first + HALVES * v1, A_HELD, load_shared(sA, (stage, k + v1, row)))
+
+    @cuda.jit(device=True)
+    def read_b(s, k, sB, stage, b_col, b_frag):
+        """Step s's elements of B of this lane, as read_a reads A's."""
+        for j in range(FN):
+            col, first = b_col + j * IN, s * B_STEP + j * B_PER
+            if B_K:
+                for v in range(0, PER_LANE, K_MAJOR_LOAD):
+                    pair = load_pair(sB, (stage, col, k + v))
+                    keep(b_frag, first + v, B_HELD, pair[0])
+                    keep(b_frag, first + v + 1, B_HELD, pair[1])
+            else:
+                for v in range(PER_LANE):
+                    keep(b_frag, first + v, B_HELD, load_shared(sB, (stage, k + v, col)))
+
+    @cuda.jit(device=True)
+    def multiply_adjacent(q, sA, sB, stage, a_row, b_col, k_lane, a_frag, b_frag, acc):
+        """multiply_chunk where a lane's k's lie adjacent in the tiles."""
+        for s in range(CHUNK):
+            k = (q * CHUNK + s) * IK + k_lane * PER_LANE
+            for i in range(FM):
+                read_a(i, s, k, sA, stage, a_row, a_frag)
+            read_b(s, k, sB, stage, b_col, b_frag)
+        sum_tiles(a_frag, b_frag, acc)
+
+    @cuda.jit(device=True)
     def multiply_chunk(q, sA, sB, stage, a_row, b_col, k_lane, a_frag, b_frag, acc):
         """Chunk q of CHUNK steps of the instruction's K: this lane's elements of A and B for
         each step, then the sums per tile."""
@@ -195,7 +251,7 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
         sum_row(i, a_frag, b_frag, acc)
 
     sum_tiles = unrolled(sum_row_i, FM)
-    multiply_tile = unrolled(multiply_chunk, BK // IK // CHUNK)
+    multiply_tile = unrolled(multiply_adjacent if PERMUTED else multiply_chunk, BK // IK // CHUNK)
 
     def copied_steps(copy):
         """Multiply the tiles from k_from to k_to, each copied STAGES - 1 tiles ahead by `copy`,

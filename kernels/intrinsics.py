@@ -41,9 +41,10 @@ def vector_width(itemsize: int) -> int:
 
 def vector_load(width: int, bits: int = 64, aligned: bool = True):
     """load(array, index) -> a `width`-tuple of array[index[:-1] + (index[-1] + i,)]. The offset
-    is computed in `bits` bits (see kernels.ptx: 64 for shared arrays, 32 for global).
-    aligned=False: the elements need only their own alignment, and the load compiles to `width`
-    scalar loads at immediate offsets from one address."""
+    is computed in `bits` bits (see kernels.ptx: 64 for shared arrays, 32 for global). One load,
+    aligned to its size (16 bytes at most): two float32 are one 8-byte load. aligned=False: the
+    elements need only their own alignment, and the load compiles to `width` scalar loads at
+    immediate offsets from one address."""
     if config.ENABLE_CUDASIM:
         return simulated.vector_load(width)
     return ptx.vector_load(width, bits, aligned)

@@ -10,7 +10,7 @@ from .base import (
     Footprint,
     itemsize,
 )
-from .rules import Arch
+from .rules import LAYOUTS, VECTOR_BYTES, Arch
 from .tiles import OVERHEAD_REGISTERS
 from .warp_mma import FAST_TENSOR_CORES, KINDS, SHAPES, WARP, counts, needs
 
@@ -24,13 +24,20 @@ SPACE = {
     "stages": [2, 3, 4, 5],
     "splits": [1, 2, 4, 8, 16, 32, 64],
     "min_blocks": [1, 2],
+    "stored": ["mn", "k", "memory"],
 }
 
-DEFAULT = {"mma": "m8n8k4", "bm": 64, "bn": 64, "bk": 8, "warps_m": 2, "warps_n": 2, "stages": 3, "splits": 1, "min_blocks": 1}
+DEFAULT = {"mma": "m8n8k4", "bm": 64, "bn": 64, "bk": 8, "warps_m": 2, "warps_n": 2, "stages": 3, "splits": 1, "min_blocks": 1,
+           "stored": "mn"}
 
 DTYPE = "float64"
 
 PAD_BYTES = 32
+
+#: a K-major tile's loads: two elements (16 bytes of float64, 8 of float32); shared memory serves
+#: a warp's loads BANK_BYTES at a time
+K_MAJOR_LOAD = 2
+BANK_BYTES = 128
 
 #: registers a lane may give its accumulators (a warp's part of C over 32 lanes)
 MAX_ACCUMULATOR_REGISTERS = 128
@@ -41,17 +48,85 @@ KIND = {"float64": "f64", "float32": "tf32"}
 
 PARTS = {"float64": 1, "float32": 2}
 
-#: the tile a cold tune tries first (autotune.space.guesses), with the instruction shape each
-#: compute capability has: sm_90 adds 16-row ones to sm_80's m8n8k4
-FIRST_TILE = {"bm": 64, "bn": 128, "bk": 16, "warps_m": 1, "warps_n": 4, "stages": 3, "min_blocks": 1}
+#: the tile a cold tune tries first (autotune.space.guesses), and what each compute capability
+#: changes of it: sm_90 adds 16-row instructions to sm_80's m8n8k4, of which 16 x 8 x 8 with 8-deep
+#: tiles in 4 stages ran fastest at large shapes (docs/performance.md, step 49)
+FIRST_TILE = {"bm": 64, "bn": 128, "bk": 16, "warps_m": 1, "warps_n": 4, "stages": 3, "min_blocks": 1, "stored": "mn"}
 
-FIRST_SHAPES = {(8, 0): "m8n8k4", (9, 0): "m16n8k4"}
+FIRST_BY_ARCH = {(8, 0): {"mma": "m8n8k4"}, (9, 0): {"mma": "m16n8k8", "bk": 8, "stages": 4}}
 
 def pad(dtype: str) -> int:
     return PAD_BYTES // itemsize(dtype)
 
-def shared_bytes(config: dict, dtype: str = DTYPE) -> int:
-    return config["stages"] * config["bk"] * (config["bm"] + config["bn"] + 2 * pad(dtype)) * itemsize(dtype)
+def lane_k(config: dict) -> int:
+    """The k's of one row of A (column of B) a lane holds for one instruction: 4 apart in the
+    PTX ISA's fragments; with `stored` other than "mn", adjacent in the tile, where the same
+    order for A and B leaves the sum unchanged."""
+    return SHAPES[config["mma"]][2] // 4
+
+def k_major_operands(config: dict, layout: str) -> str:
+    """The operands whose tiles lie K-major (sA[m, k], sB[n, k]), the others lying as sA[k, m]
+    and sB[k, n]: `stored` "mn" none, "k" both, "memory" each as it lies in memory (A in N, B in
+    T), so that every copy moves 16 bytes."""
+    stored = config.get("stored", "mn")
+    if stored == "k":
+        return "AB"
+    if stored == "memory":
+        return "A" * (layout[0] == "N") + "B" * (layout[1] == "T")
+    return ""
+
+def tile_rows(config: dict, dtype: str, layout: str) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(rows, row length) of one stage of A's and of B's shared tile in `layout`, rows padded so
+    that a warp's reads of its fragments fall on distinct banks."""
+    bk, per_lane, k_major = config["bk"], lane_k(config), k_major_operands(config, layout)
+    tiles = []
+    for name, side in (("A", config["bm"]), ("B", config["bn"])):
+        if name in k_major:
+            tiles.append((side, bk + k_major_pad(bk, dtype, per_lane)))
+        elif config.get("stored", "mn") == "mn":
+            tiles.append((bk, side + pad(dtype)))
+        else:
+            tiles.append((bk, side + mn_pad(side, dtype, per_lane)))
+    return tiles[0], tiles[1]
+
+def k_major_pad(bk: int, dtype: str, per_lane: int) -> int:
+    """Elements after each BK-long row of a K-major tile, whose lane reads `per_lane` adjacent k's
+    of row lane // 4, K_MAJOR_LOAD a load (`fewest_pad`)."""
+    size = itemsize(dtype)
+    return fewest_pad(bk, size, K_MAJOR_LOAD, lambda row: [
+        [(lane // 4) * row + ((lane % 4) * per_lane + first) * size for lane in range(WARP)]
+        for first in range(0, per_lane, K_MAJOR_LOAD)])
+
+def mn_pad(side: int, dtype: str, per_lane: int) -> int:
+    """Elements after each row of a tile lying as sA[k, m] (sB[k, n]) whose lane reads column
+    lane // 4 of its `per_lane` adjacent rows, one element a load (`fewest_pad`)."""
+    size = itemsize(dtype)
+    return fewest_pad(side, size, 1, lambda row: [
+        [((lane % 4) * per_lane + v) * row + (lane // 4) * size for lane in range(WARP)] for v in range(per_lane)])
+
+def fewest_pad(length: int, size: int, load: int, addresses) -> int:
+    """The fewest elements of `size` bytes after each row of `length` that keep rows 16-byte
+    aligned and put every load of a warp on distinct banks in each phase that shared memory
+    serves it in (BANK_BYTES a phase): addresses(row bytes) -> per load, each lane's byte address,
+    each lane reading `load` elements."""
+    per_phase = BANK_BYTES // (load * size)
+    for extra in range(BANK_BYTES // size + 1):
+        row = (length + extra) * size
+        if row % VECTOR_BYTES == 0 and all(distinct_banks(lanes[first:first + per_phase], load * size)
+                                           for lanes in addresses(row) for first in range(0, WARP, per_phase)):
+            return extra
+    raise ValueError(f"no padding of {length}-element rows puts a warp's loads on distinct banks")
+
+def distinct_banks(starts: list[int], length: int) -> bool:
+    """Whether loads of `length` bytes from these byte addresses touch each bank at one word."""
+    words = {start // 4 + w for start in starts for w in range(length // 4)}
+    return len({word % 32 for word in words}) == len(words)
+
+def shared_bytes(config: dict, dtype: str = DTYPE, layout: str | None = None) -> int:
+    """A block's shared tiles in `layout`; without one, in the layout that needs the most."""
+    per_stage = max(sum(rows * length for rows, length in tile_rows(config, dtype, one))
+                    for one in ([layout] if layout else LAYOUTS))
+    return config["stages"] * per_stage * itemsize(dtype)
 
 def warp_tiles(config: dict) -> tuple[int, int]:
     """The instruction's tiles of C along a warp's rows and columns."""
@@ -79,17 +154,18 @@ def instructions(config: dict, dtype: str) -> dict:
     """The config's float64 mma.sync."""
     return needs("f64", config.get("mma"))
 
-def tensor_tile(tile: dict, shapes: dict, cc: str | None) -> dict | None:
-    """`tile` with the newest of `shapes` ({oldest (major, minor) compute capability: shape}) that
-    a GPU of compute capability `cc` has; None for GPUs without FAST_TENSOR_CORES or that shape."""
+def tensor_tile(tile: dict, by_arch: dict, cc: str | None) -> dict | None:
+    """`tile` as the newest entry of `by_arch` ({oldest (major, minor) compute capability: what it
+    changes of the tile}) that a GPU of compute capability `cc` has changes it; None for GPUs
+    without FAST_TENSOR_CORES or any entry."""
     if cc not in FAST_TENSOR_CORES:
         return None
-    had = [shape for arch, shape in sorted(shapes.items()) if Arch.of(cc) >= Arch.of(arch)]
-    return {**tile, "mma": had[-1]} if had else None
+    had = [changes for arch, changes in sorted(by_arch.items()) if Arch.of(cc) >= Arch.of(arch)]
+    return {**tile, **had[-1]} if had else None
 
 def first_tile(dtype: str, cc: str | None) -> dict | None:
     """FIRST_TILE for float64 on a GPU with fast FP64 tensor cores (tensor_tile)."""
-    return tensor_tile(FIRST_TILE, FIRST_SHAPES, cc) if dtype == DTYPE else None
+    return tensor_tile(FIRST_TILE, FIRST_BY_ARCH, cc) if dtype == DTYPE else None
 
 def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
     if dtype != DTYPE:
@@ -106,6 +182,11 @@ def fits(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
                 f"into {m}x{n} tiles")
     if config["bk"] % (k * config.get("chunk", 1)):
         return f"bk={config['bk']} is not a multiple of {config.get('chunk', 1)} steps of the instruction's K={k}"
+    if config.get("stored", "mn") != "mn" and lane_k(config) < K_MAJOR_LOAD:
+        return f"stored={config['stored']!r} needs an instruction whose K is 8 or more, not {k}"
+    if config.get("stored") == "memory" and lane_k(config) > K_MAJOR_LOAD:
+        return (f"stored='memory' reads {lane_k(config)} rows a lane of tiles lying along M or N, which no "
+                "16-byte-aligned padding keeps on distinct banks")
     fm, fn = warp_tiles(config)
     accumulators = fm * fn * counts(config["mma"])[2]
     if accumulators * itemsize(dtype) // 4 > MAX_ACCUMULATOR_REGISTERS:

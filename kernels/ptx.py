@@ -62,7 +62,8 @@ def vector_load(width: int, bits: int, aligned: bool):
             pointer = _element_pointer(context, builder, sig.args[:2], args[:2], bits=bits)
             element = context.get_value_type(sig.args[0].dtype)
             vector_type = ir.VectorType(element, width)
-            alignment = VECTOR_BYTES if aligned else context.get_abi_sizeof(element)
+            size = context.get_abi_sizeof(element)
+            alignment = min(VECTOR_BYTES, width * size) if aligned else size
             vector = builder.load(builder.bitcast(pointer, vector_type.as_pointer()), align=alignment)
             lanes = [builder.extract_element(vector, ir.Constant(ir.IntType(32), i)) for i in range(width)]
             return context.make_tuple(builder, sig.return_type, lanes)

@@ -27,9 +27,11 @@ DTYPE = "float32"
 SPACE = {**dmma.SPACE, "mma": list(KINDS["tf32"]), "chunk": [1, 2, 4]}
 DEFAULT = {**dmma.DEFAULT, "mma": "m16n8k8", "bk": 16, "chunk": 2}
 shared_bytes = dmma.shared_bytes
-#: the tile a cold tune tries first (autotune.space.guesses), from sm_80 on
-FIRST_TILE = {"bm": 64, "bn": 128, "bk": 16, "warps_m": 2, "warps_n": 2, "stages": 3, "chunk": 2, "min_blocks": 1}
-FIRST_SHAPES = {(8, 0): "m16n8k8"}
+#: the tile a cold tune tries first (autotune.space.guesses), from sm_80 on: its tiles as they lie
+#: in memory, so that no float32 is copied alone (docs/performance.md, step 49)
+FIRST_TILE = {"bm": 64, "bn": 128, "bk": 16, "warps_m": 2, "warps_n": 2, "stages": 3, "chunk": 2, "min_blocks": 1,
+              "stored": "memory"}
+FIRST_BY_ARCH = {(8, 0): {"mma": "m16n8k8"}}
 
 
 def instructions(config: dict, dtype: str) -> dict:
@@ -39,7 +41,7 @@ def instructions(config: dict, dtype: str) -> dict:
 
 def first_tile(dtype: str, cc: str | None) -> dict | None:
     """FIRST_TILE for float32 on a GPU with fast TF32 tensor cores (kernels.dmma.tensor_tile)."""
-    return dmma.tensor_tile(FIRST_TILE, FIRST_SHAPES, cc) if dtype == DTYPE else None
+    return dmma.tensor_tile(FIRST_TILE, FIRST_BY_ARCH, cc) if dtype == DTYPE else None
 
 
 def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:

@@ -106,10 +106,12 @@ class Part:
     k_first: bool  # the memory tile starts at (k0, ...) rather than at (..., k0)
 
 
-def parts(bm: int, bn: int, bk: int, layout: str) -> tuple[Part, Part]:
-    """The A and B parts of a block's tiles for `layout`."""
-    a = Part(bk, bm, False, True) if layout[0] == "T" else Part(bm, bk, True, False)
-    b = Part(bn, bk, True, False) if layout[1] == "T" else Part(bk, bn, False, True)
+def parts(bm: int, bn: int, bk: int, layout: str, k_major: str = "") -> tuple[Part, Part]:
+    """The A and B parts of a block's tiles for `layout`, stored as sA[k, m] and sB[k, n], or as
+    sA[m, k] and sB[n, k] where `k_major` names them."""
+    a_k, b_k = "A" in k_major, "B" in k_major
+    a = Part(bk, bm, a_k, True) if layout[0] == "T" else Part(bm, bk, not a_k, False)
+    b = Part(bn, bk, not b_k, False) if layout[1] == "T" else Part(bk, bn, b_k, True)
     return a, b
 
 
@@ -117,13 +119,14 @@ def parts(bm: int, bn: int, bk: int, layout: str) -> tuple[Part, Part]:
 class Movement:
     """How a block's `threads` move its tiles: `width` adjacent elements of a memory row a group,
     with or without bounds and alignment tests (`checked`), offsets in `offset_bits` bits, for
-    operands in `layout`."""
+    operands in `layout`, stored K-major where `k_major` names them (`parts`)."""
 
     threads: int
     width: int = 1
     checked: bool = True
     layout: str = "NN"
     offset_bits: int = 32
+    k_major: str = ""
 
 
 def tile_movers(bm: int, bn: int, bk: int, elem_t, movement: Movement, split: str = ""):
@@ -137,7 +140,7 @@ def tile_movers(bm: int, bn: int, bk: int, elem_t, movement: Movement, split: st
     instructions). The operands named in `split` ("A", "B"), whose rows need not be aligned, read
     each group of `width` as that many scalar loads from one address (`vector_load`'s
     aligned=False) and are stored as the others are."""
-    part_a, part_b = parts(bm, bn, bk, movement.layout)
+    part_a, part_b = parts(bm, bn, bk, movement.layout, movement.k_major)
     threads, width = movement.threads, movement.width
     fetch_a = _part_fetcher(part_a, elem_t, movement, "A" in split)
     fetch_b = _part_fetcher(part_b, elem_t, movement, "B" in split)
@@ -201,7 +204,7 @@ def tile_copier(bm: int, bn: int, bk: int, movement: Movement, narrow: str = "")
     `narrow` ("A", "B") are copied one element at a time whatever `width`, adjacent threads taking
     adjacent elements: what unchecked tiles of unaligned rows need (4-byte copies grouped as
     `tile_movers` groups its loads ran slower, docs/performance.md step 31)."""
-    part_a, part_b = parts(bm, bn, bk, movement.layout)
+    part_a, part_b = parts(bm, bn, bk, movement.layout, movement.k_major)
     width_a, width_b = (1 if transposed or name in narrow else movement.width
                         for name, transposed in (("A", part_a.transposed), ("B", part_b.transposed)))
     copy_a = _part_copier(part_a, replace(movement, width=width_a))

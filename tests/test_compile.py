@@ -355,3 +355,37 @@ def test_an_arch_specific_instruction_compiles_for_sm_90a_and_not_for_sm_90():
     assert arch_specific.startswith("sm_90a ok") and int(arch_specific.split()[-1]) > 0, arch_specific
     assert plain.startswith("sm_90 refused") and "wgmma" in plain, plain
 
+
+
+K_MAJOR_CHILD = """
+import json
+import kernels
+from kernels.resources import ptx
+out = {}
+for family, dtype, mma, stored in (("dmma", "float64", "m16n8k8", "k"), ("dmma", "float64", "m16n8k16", "k"),
+                                  ("tf32x3", "float32", "m16n8k8", "k"), ("dmma", "float64", "m16n8k8", "memory")):
+    config = {**kernels.family(family).default, "mma": mma, "bm": 64, "bn": 128, "bk": 16, "warps_m": 1,
+              "warps_n": 4, "stages": 3, "stored": stored}
+    text = ptx(kernels.build(family, config, dtype))
+    kind = dtype[-2:]
+    out[f"{family}-{mma}-{stored}"] = {"pairs": text.count(f"ld.shared.v2.f{kind}"), "scalars": text.count(f"ld.shared.f{kind}"),
+                                       "element_copies": text.count("cp.async.ca.shared.global")}
+print(json.dumps(out))
+"""
+
+
+def test_tiles_with_a_lanes_k_adjacent_compile_to_two_element_shared_loads():
+    """A lane reads its k's of a K-major row two a load: per 16-deep tile of K, a warp of 64 x 32
+    reads 4 tiles x 2 row halves of A and 4 columns of B, each (instruction K / 8) loads a step,
+    in the loop with bounds tests and the one without; no element is read alone. Tiles as they
+    lie in memory (NN: A along K, B along N) read A so and B one element a load, and copy fewer
+    elements one at a time (only tiles at C's edges do)."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    child = subprocess.run([sys.executable, "-c", K_MAJOR_CHILD], env=env, capture_output=True, text=True, timeout=600)
+    assert child.returncode == 0, child.stderr[-3000:]
+    counts = json.loads(child.stdout)
+    per_step = 4 * 2 + 4
+    assert {name: (c["pairs"], c["scalars"]) for name, c in counts.items()} == {
+        "dmma-m16n8k8-k": (2 * 2 * per_step, 0), "dmma-m16n8k16-k": (2 * 1 * 2 * per_step, 0),
+        "tf32x3-m16n8k8-k": (2 * 2 * per_step, 0), "dmma-m16n8k8-memory": (2 * 2 * 4 * 2, 2 * 2 * 4 * 2)}
+    assert counts["dmma-m16n8k8-memory"]["element_copies"] < counts["dmma-m16n8k8-k"]["element_copies"]

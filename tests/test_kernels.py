@@ -36,6 +36,9 @@ if ON_GPU:
         CONFIGS[name].append({**kernels.FAMILIES[name].default, **PIPELINED})
         CONFIGS[name].append({**kernels.FAMILIES[name].default, **ASYNC, "stages": 3})
     CONFIGS["dmma"].append({**DMMA_TILE, "mma": "m16n8k4", "splits": 2})
+    CONFIGS["dmma"].append({**DMMA_TILE, "mma": "m16n8k8", "splits": 2, "stored": "k"})
+    CONFIGS["dmma"].append({**DMMA_TILE, "mma": "m16n8k8", "splits": 1, "stored": "memory"})
+    CONFIGS["tf32x3"].append({**TF32X3_TILE, "mma": "m16n8k8", "splits": 1, "stored": "memory"})
     CONFIGS["tf32x3"].append({**TF32X3_TILE, "mma": "m16n8k8", "splits": 2})
     CONFIGS["wgmma"].append({"bm": 128, "bn": 128, "stages": 4, "splits": 2, "min_blocks": 1, "producer": 0})
     CONFIGS["wgmma"].append({"bm": 128, "bn": 128, "stages": 3, "splits": 1, "min_blocks": 1, "producer": 1})
@@ -67,14 +70,22 @@ else:
              "min_blocks": 1},
             {"mma": "m16n8k4", "bm": 16, "bn": 32, "bk": 8, "warps_m": 1, "warps_n": 1, "stages": 4, "splits": 1,
              "min_blocks": 1},
+            # a lane's k's adjacent: tiles as they lie in memory, K split; K-major tiles, two loads a row
+            {"mma": "m16n8k8", "bm": 32, "bn": 32, "bk": 16, "warps_m": 2, "warps_n": 1, "stages": 3, "splits": 2,
+             "min_blocks": 1, "stored": "memory"},
+            {"mma": "m16n8k16", "bm": 16, "bn": 16, "bk": 16, "warps_m": 1, "warps_n": 1, "stages": 2, "splits": 1,
+             "min_blocks": 1, "stored": "k"},
         ],
         # both TF32 instruction shapes; one chunk of 2 steps and 2 chunks of 1 step per tile of K; a
-        # warp's tiles along columns and along rows; K split; 3 stages
+        # warp's tiles along columns and along rows; K split; tiles as they lie in memory; 3 stages
         "tf32x3": [
             {"mma": "m16n8k8", "bm": 32, "bn": 16, "bk": 16, "warps_m": 2, "warps_n": 1, "stages": 2, "chunk": 2,
              "splits": 1, "min_blocks": 1},
             {"mma": "m16n8k4", "bm": 32, "bn": 16, "bk": 8, "warps_m": 1, "warps_n": 2, "stages": 2, "chunk": 1,
              "splits": 2, "min_blocks": 1},
+            # tiles as they lie in memory, a lane's k's adjacent, K split
+            {"mma": "m16n8k8", "bm": 16, "bn": 16, "bk": 16, "warps_m": 1, "warps_n": 1, "stages": 2, "chunk": 2,
+             "splits": 2, "min_blocks": 1, "stored": "memory"},
             {"mma": "m16n8k8", "bm": 16, "bn": 8, "bk": 8, "warps_m": 1, "warps_n": 1, "stages": 3, "chunk": 1,
              "splits": 1, "min_blocks": 1},
         ],
@@ -623,6 +634,23 @@ def test_dmma_moves_unaligned_rows_one_element_at_a_time(layout, rng):
     C = cuda.to_device(np.full((m, n), np.nan))
     kernel(*(cuda.to_device(x) for x in stored(A, B, layout)), C)
     assert relative_error(C.copy_to_host(), reference(A, B)) <= error_bound("float64", k)
+
+
+@pytest.mark.parametrize("layout", kernels.LAYOUTS)
+@pytest.mark.parametrize("family", ["dmma", "tf32x3"])
+def test_tiles_stored_as_they_lie_in_memory_are_copied_wide_in_every_layout(family, layout, rng):
+    """With stored="memory" no part is transposed into shared memory, so both are copied 16 bytes
+    at a time (and both are built for unaligned rows); a lane's k's, read in the tile's order
+    from rows along K and from columns along M or N, give the product of its fragments' order."""
+    dtype = dtype_of(family)
+    config = next(c for c in CONFIGS[family] if c.get("stored") == "memory")
+    m, n, k = (ON_GPU and (1001, 1023, 999)) or (19, 17, 35)
+    kernel = kernels.build_for(family, config, dtype, (m, n, k), layout)
+    assert kernel.unaligned == "AB"
+    A, B = random_inputs(m, n, k, dtype, rng, layout)
+    C = cuda.to_device(np.full((m, n), np.nan, dtype))
+    kernel(*(cuda.to_device(x) for x in stored(A, B, layout)), C)
+    assert compare(C.copy_to_host(), A, B, dtype, rng).ok
 
 
 def test_dmma_multiplies_float64_alone():

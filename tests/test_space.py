@@ -15,7 +15,7 @@ from autotune.space.configs import (
     DeviceLimits, GpuLimits, default_config, families_for, feasible_configs, feasible_count, infeasibility, sample_configs,
 )
 from autotune.space.encoding import suggest, trial_params
-from kernels import dmma
+from kernels import dmma, mma_space
 from kernels.base import Config
 from kernels.resources import parse_report
 from conftest import on
@@ -194,7 +194,8 @@ def test_shape_guesses_fit_skinny_and_few_tile_shapes():
 def test_float64_takes_the_fp64_tensor_cores_by_compute_capability():
     hopper = DeviceLimits.for_cc("9.0")
     guesses = shape_guesses((4096, 4096, 4096), "float64", on(hopper, 132, "9.0"))
-    assert guesses[0].family == "dmma" and guesses[0].params == {**DMMA_TILE, "mma": "m16n8k4", "splits": 1}
+    assert guesses[0].family == "dmma" and guesses[0].params == {**DMMA_TILE, "mma": "m16n8k8", "bk": 8, "stages": 4,
+                                                                 "splits": 1}
     split, whole = shape_guesses((512, 512, 16384), "float64", on(hopper, 132, "9.0"))[:2]  # 32 tiles: split for 2 waves
     assert (split.params["splits"], whole.params["splits"]) == (16, 1)
     assert shape_guesses((4096, 4096, 4096), "float64", on(DeviceLimits.for_cc("8.0"), 108, "8.0"))[0].params["mma"] == "m8n8k4"
@@ -243,6 +244,34 @@ def test_the_tensor_core_fit_checks_the_instruction_against_the_dtype():
     assert dmma.fits({**default_config("tf32x3"), "mma": "m8n8k4"}, "float32", LIMITS) == "no tf32 mma of shape m8n8k4"
     assert dmma.fits({**default_config("dmma"), "mma": "m16n8k16", "bk": 16, "stages": 2}, "float64", LIMITS) is None
     assert dmma.fits({**default_config("tf32x3"), "mma": "m16n8k16"}, "float32", LIMITS) == "no tf32 mma of shape m16n8k16"
+
+
+def test_tiles_with_a_lanes_k_adjacent_are_padded_onto_distinct_banks():
+    """A lane holds one k of a row in a 4-deep instruction, so `stored` other than "mn" needs 8 or
+    more (and "memory" 8: a lane's 4 rows down a tile lying along M or N share banks however it is
+    padded); each padding is the fewest elements that keep rows 16-byte aligned and a phase's
+    loads (16 bytes a lane along K, 8 bytes of float64 or 4 of float32 down a column) on distinct
+    banks, and the shared memory counts it, in the layout that needs the most."""
+    tile = {**default_config("dmma"), "mma": "m16n8k4", "stored": "k"}
+    assert infeasibility("dmma", tile, "float64", LIMITS) == (
+        "stored='k' needs an instruction whose K is 8 or more, not 4")
+    assert "no 16-byte-aligned padding" in infeasibility("dmma", {**tile, "mma": "m16n8k16", "stored": "memory", "bk": 16},
+                                                         "float64", LIMITS)
+    assert infeasibility("dmma", {**tile, "mma": "m16n8k8", "bk": 16, "stages": 2}, "float64", LIMITS) is None
+    assert [mma_space.k_major_pad(bk, "float64", 2) for bk in (8, 16, 32)] == [0, 8, 8]
+    assert [mma_space.k_major_pad(bk, "float64", 4) for bk in (16, 32)] == [2, 2]
+    assert [mma_space.k_major_pad(bk, "float32", 2) for bk in (8, 16, 32)] == [0, 8, 8]
+    assert [mma_space.mn_pad(side, "float64", 2) for side in (32, 64, 128)] == [2, 2, 2]
+    assert [mma_space.mn_pad(side, "float32", 2) for side in (32, 64, 128)] == [4, 4, 4]
+    for pad in (0, 2, 4):  # K-major rows 128, 144 or 160 bytes apart share banks
+        row = (16 + pad) * 8
+        assert not mma_space.distinct_banks([(lane // 4) * row + (lane % 4) * 16 for lane in range(8)], 16)
+    tile = {**tile, "mma": "m16n8k8", "bm": 128, "bn": 64, "bk": 16, "stages": 3}
+    assert dmma.shared_bytes(tile, "float64") == 3 * (128 + 64) * (16 + 8) * 8
+    memory = {**tile, "stored": "memory"}
+    assert dmma.shared_bytes(memory, "float64", "NN") == 3 * (128 * (16 + 8) + 16 * (64 + 2)) * 8
+    assert dmma.shared_bytes(memory, "float64", "TN") == 3 * 16 * (128 + 2 + 64 + 2) * 8
+    assert dmma.shared_bytes(memory, "float64") == dmma.shared_bytes(memory, "float64", "NT")
 
 
 def test_configs_use_only_the_instructions_their_gpu_has():
