@@ -356,8 +356,7 @@ def test_an_arch_specific_instruction_compiles_for_sm_90a_and_not_for_sm_90():
     assert plain.startswith("sm_90 refused") and "wgmma" in plain, plain
 
 
-
-K_MAJOR_CHILD = """
+ADJACENT_CHILD = """
 import json
 import kernels
 from kernels.resources import ptx
@@ -381,7 +380,7 @@ def test_tiles_with_a_lanes_k_adjacent_compile_to_two_element_shared_loads():
     lie in memory (NN: A along K, B along N) read A so and B one element a load, and copy fewer
     elements one at a time (only tiles at C's edges do)."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    child = subprocess.run([sys.executable, "-c", K_MAJOR_CHILD], env=env, capture_output=True, text=True, timeout=600)
+    child = subprocess.run([sys.executable, "-c", ADJACENT_CHILD], env=env, capture_output=True, text=True, timeout=600)
     assert child.returncode == 0, child.stderr[-3000:]
     counts = json.loads(child.stdout)
     per_step = 4 * 2 + 4

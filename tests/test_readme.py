@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parent.parent
 README = ROOT / "README.md"
 _spec = importlib.util.spec_from_file_location("readme_table", ROOT / "docs" / "readme_table.py")
@@ -64,11 +66,13 @@ def test_the_readme_is_short():
     assert len(README.read_text().splitlines()) <= 300
 
 
-def test_the_readme_counts_the_shipped_rows():
-    rows = json.loads((ROOT / "autotune" / "data" / "records" / "nvidia-h200.json").read_text())
-    said = re.search(r"ships (\d+) tuned rows for the NVIDIA H200\s+\((\d+) float32, (\d+) of them for the\s+`tf32x3`"
+@pytest.mark.parametrize("gpu,named", [("nvidia-h200", "tuned rows for the NVIDIA H200"),
+                                       ("nvidia-h100-80gb-hbm3", "rows for the H100")])
+def test_the_readme_counts_the_shipped_rows(gpu, named):
+    rows = json.loads((ROOT / "autotune" / "data" / "records" / f"{gpu}.json").read_text())
+    said = re.search(rf"(\d+) {named}\s+\((\d+) float32, (\d+) of\s+them for the\s+`tf32x3`"
                      r"\s+precision; (\d+) float64\)", README.read_text())
-    assert said, "README.md no longer says how many rows ship"
+    assert said, f"README.md no longer says how many rows ship for {gpu}"
     float32 = [r for r in rows if r["dtype"] == "float32"]
     counted = (len(rows), len(float32), sum(r.get("precision") == "tf32x3" for r in float32),
                sum(r["dtype"] == "float64" for r in rows))
