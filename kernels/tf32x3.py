@@ -28,7 +28,8 @@ SPACE = {**dmma.SPACE, "mma": list(KINDS["tf32"]), "chunk": [1, 2, 4]}
 DEFAULT = {**dmma.DEFAULT, "mma": "m16n8k8", "bk": 16, "chunk": 2}
 shared_bytes = dmma.shared_bytes
 #: the tile a cold tune tries first (autotune.space.guesses), from sm_80 on: its tiles as they lie
-#: in memory, so that no float32 is copied alone (docs/performance.md, step 49)
+#: in memory, so that blocks inside C transpose nothing one float32 a copy (docs/performance.md,
+#: step 49)
 FIRST_TILE = {"bm": 64, "bn": 128, "bk": 16, "warps_m": 2, "warps_n": 2, "stages": 3, "chunk": 2, "min_blocks": 1,
               "stored": "memory"}
 FIRST_BY_ARCH = {(8, 0): {"mma": "m16n8k8"}}

@@ -129,7 +129,7 @@ STEP48_HASHES = {"wgmma": "1d99f6ede78de43f", "dmma": "fca8366bde2e5f75", "tf32x
 #: every family's source hash after step 49 gave the mma.sync families (dmma, tf32x3) other ways to
 #: store their tiles (`stored`), "mn" by default, and the intrinsics' two-element loads their
 #: size's alignment: the same sm_90 PTX for every shipped record (studies/ptx_same.py)
-STEP49_HASHES = {"wgmma": "88a644be67767efd", "dmma": "0f4979378866e115", "tf32x3": "915b484049a68b99",
+STEP49_HASHES = {"wgmma": "88a644be67767efd", "dmma": "0f4979378866e115", "tf32x3": "73a8cb6ed87e5e41",
                  "vector": "77e0429cdab60417", "splitk": "d54f13f15138e3eb", "register": "65fa8e91531a2b21",
                  "streamk": "822c2cf5beb8e475", "shared": "24908dc3ac1866c5", "naive": "7b728afa945ddbf7",
                  "gemv": "9128497dce6ff119"}

@@ -174,8 +174,8 @@ def nearest_rows(rows: list[Row], shape: tuple[int, int, int], count: int = 1) -
 #: 37), `Arch` given arch-specific targets (step 38), the split a scale to take (step 39),
 #: wgmma a producer warpgroup, off by default (step 43), every family a bias, omitted by default
 #: (step 45), wgmma two producer warpgroups (step 47), the intrinsics a copy of whole 16-byte
-#: words (step 48), and the mma.sync families other ways to store their tiles, off by default
-#: (step 49), without changing a kernel, so rows measured before are as current as rows measured
+#: words (step 48), and the mma.sync families' tiles stored other than along M and N, off by
+#: default (step 49), without changing a kernel, so rows measured before are as current as rows measured
 #: after. Step 48 changed one kind of build: wgmma's with two producers for rows that are
 #: not 16-byte aligned, which now move them as whole words; rows timed on those keep their configs,
 #: whose speeds they understate
@@ -185,7 +185,7 @@ SAME_CODE = {
                      "df3f3b74702f5b00", "fca8366bde2e5f75"), "0f4979378866e115"),  # dmma
     **dict.fromkeys(("5730437b47257c87", "d61c556e72e71093", "dc50226632e9b3d6",
                      "73227d1a9e9657c2", "5b9d3af671d86edb", "691cf9ade0526138",
-                     "c6ac8e0b6516a29b", "e3f94a981d85de32"), "915b484049a68b99"),  # tf32x3
+                     "c6ac8e0b6516a29b", "e3f94a981d85de32"), "73a8cb6ed87e5e41"),  # tf32x3
     **dict.fromkeys(("e861213c0d10400a", "46c18dbcbf6be0a5", "8bfff77fd2b69181",
                      "a8f0260fda7b91dd", "518e63140bddc879", "abb96c882b71735b",
                      "26a0bc50e0850d9e", "975e277a70850b48"), "77e0429cdab60417"),  # vector
