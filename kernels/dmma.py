@@ -179,35 +179,25 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
                 d = mma(gather_a(a_frag, a), gather_b(b_frag, b), d)
             return c[0] + d[0], c[1] + d[1], c[2] + d[2], c[3] + d[3]
 
-    @cuda.jit(device=True)
-    def read_a(i, s, k, sA, stage, a_row, a_frag):
-        """Step s's elements of A's tile row i of this lane, its k's adjacent from k on: two a
-        load along a K-major tile's row, one a load down a column of the other."""
-        for v0 in range(HALVES):
-            row = a_row + i * IM + 8 * v0
-            first = s * A_STEP + i * A_PER + v0
-            if A_K:
-                for v1 in range(0, PER_LANE, K_MAJOR_LOAD):
-                    pair = load_pair(sA, (stage, row, k + v1))
-                    keep(a_frag, first + HALVES * v1, A_HELD, pair[0])
-                    keep(a_frag, first + HALVES * (v1 + 1), A_HELD, pair[1])
-            else:
-                for v1 in range(PER_LANE):
-                    keep(a_frag, first + HALVES * v1, A_HELD, load_shared(sA, (stage, k + v1, row)))
+    def lane_reader(k_major: bool, stride: int, held: int):
+        """read(tile, stage, line, k, frag, first): this lane's PER_LANE adjacent k's from k on of
+        row (A) or column (B) `line` into frag[first + stride * v]: two a load along a K-major
+        tile's row, one a load down a column of the other."""
 
-    @cuda.jit(device=True)
-    def read_b(s, k, sB, stage, b_col, b_frag):
-        """Step s's elements of B of this lane, as read_a reads A's."""
-        for j in range(FN):
-            col, first = b_col + j * IN, s * B_STEP + j * B_PER
-            if B_K:
+        @cuda.jit(device=True)
+        def read(tile, stage, line, k, frag, first):
+            if k_major:
                 for v in range(0, PER_LANE, K_MAJOR_LOAD):
-                    pair = load_pair(sB, (stage, col, k + v))
-                    keep(b_frag, first + v, B_HELD, pair[0])
-                    keep(b_frag, first + v + 1, B_HELD, pair[1])
+                    pair = load_pair(tile, (stage, line, k + v))
+                    keep(frag, first + stride * v, held, pair[0])
+                    keep(frag, first + stride * (v + 1), held, pair[1])
             else:
                 for v in range(PER_LANE):
-                    keep(b_frag, first + v, B_HELD, load_shared(sB, (stage, k + v, col)))
+                    keep(frag, first + stride * v, held, load_shared(tile, (stage, k + v, line)))
+
+        return read
+
+    read_a, read_b = lane_reader(A_K, HALVES, A_HELD), lane_reader(B_K, 1, B_HELD)
 
     @cuda.jit(device=True)
     def multiply_adjacent(q, sA, sB, stage, a_row, b_col, k_lane, a_frag, b_frag, acc):
@@ -215,8 +205,10 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
         for s in range(CHUNK):
             k = (q * CHUNK + s) * IK + k_lane * PER_LANE
             for i in range(FM):
-                read_a(i, s, k, sA, stage, a_row, a_frag)
-            read_b(s, k, sB, stage, b_col, b_frag)
+                for v0 in range(HALVES):
+                    read_a(sA, stage, a_row + i * IM + 8 * v0, k, a_frag, s * A_STEP + i * A_PER + v0)
+            for j in range(FN):
+                read_b(sB, stage, b_col + j * IN, k, b_frag, s * B_STEP + j * B_PER)
         sum_tiles(a_frag, b_frag, acc)
 
     @cuda.jit(device=True)

@@ -5,6 +5,8 @@ tiles a cold tune tries first, and which configs fit a device. Their kernel code
 
 from __future__ import annotations
 
+from functools import cache
+
 from .base import (
     DeviceLimits,
     Footprint,
@@ -89,6 +91,7 @@ def tile_rows(config: dict, dtype: str, layout: str) -> tuple[tuple[int, int], t
             tiles.append((bk, side + mn_pad(side, dtype, per_lane)))
     return tiles[0], tiles[1]
 
+@cache
 def k_major_pad(bk: int, dtype: str, per_lane: int) -> int:
     """Elements after each BK-long row of a K-major tile, whose lane reads `per_lane` adjacent k's
     of row lane // 4, K_MAJOR_LOAD a load (`fewest_pad`)."""
@@ -97,6 +100,7 @@ def k_major_pad(bk: int, dtype: str, per_lane: int) -> int:
         [(lane // 4) * row + ((lane % 4) * per_lane + first) * size for lane in range(WARP)]
         for first in range(0, per_lane, K_MAJOR_LOAD)])
 
+@cache
 def mn_pad(side: int, dtype: str, per_lane: int) -> int:
     """Elements after each row of a tile lying as sA[k, m] (sB[k, n]) whose lane reads column
     lane // 4 of its `per_lane` adjacent rows, one element a load (`fewest_pad`)."""

@@ -55,13 +55,21 @@ def main() -> None:
     Path(args.out).write_text(json.dumps(found, indent=0))
     print(f"{len(found)} records compiled with {found[0]['kernels'] if found else '-'}")
     if args.against:
-        before = {(r["record"], json.dumps(r["params"], sort_keys=True)): r for r in json.loads(Path(args.against).read_text())}
-        changed = [r["record"] for r in found
-                   if before.get((r["record"], json.dumps(r["params"], sort_keys=True)), {}).get("ptx_sha256") != r["ptx_sha256"]]
+        before = {key(r): r for r in json.loads(Path(args.against).read_text())}
+        changed = [r["record"] for r in found if before.get(key(r), {}).get("ptx_sha256") != r["ptx_sha256"]]
         print(f"{len(found) - len(changed)} the same, {len(changed)} changed or new: {', '.join(changed) or '-'}")
         if args.relabel:
             relabel(Path(args.records), {r["record"] for r in found} - set(changed))
         sys.exit(1 if changed else 0)
+
+
+def key(found: dict) -> tuple[str, str]:
+    """A compiled record's name and parameters, those its family gained since filled in
+    (autotune.store.rows.GAINED), so that a record written before a parameter existed matches itself."""
+    from autotune.store.rows import GAINED
+
+    family = found["record"].split()[0]
+    return found["record"], json.dumps({**GAINED.get(family, {}), **found["params"]}, sort_keys=True)
 
 
 def relabel(path: Path, same: set[str]) -> None:

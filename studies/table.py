@@ -129,7 +129,7 @@ STEP48_HASHES = {"wgmma": "1d99f6ede78de43f", "dmma": "fca8366bde2e5f75", "tf32x
 #: every family's source hash after step 49 gave the mma.sync families (dmma, tf32x3) other ways to
 #: store their tiles (`stored`), "mn" by default, and the intrinsics' two-element loads their
 #: size's alignment: the same sm_90 PTX for every shipped record (studies/ptx_same.py)
-STEP49_HASHES = {"wgmma": "88a644be67767efd", "dmma": "0f4979378866e115", "tf32x3": "73a8cb6ed87e5e41",
+STEP49_HASHES = {"wgmma": "88a644be67767efd", "dmma": "8e78047d5e3ef9ea", "tf32x3": "c8206417bce05af5",
                  "vector": "77e0429cdab60417", "splitk": "d54f13f15138e3eb", "register": "65fa8e91531a2b21",
                  "streamk": "822c2cf5beb8e475", "shared": "24908dc3ac1866c5", "naive": "7b728afa945ddbf7",
                  "gemv": "9128497dce6ff119"}
@@ -293,12 +293,12 @@ SHIPPED = {
         {"step": "relabel", "commit": "step 48 (issue 39)", "hashes": STEP48_HASHES,
          "what": "step 48: wgmma's two producers move unaligned rows as whole 16-byte words: the same sm_90 PTX "
                  "for all 27 records (studies/ptx_same.py)"},
-        {"step": "relabel", "commit": "step 49 (issue 39)", "hashes": STEP49_HASHES,
-         "what": "step 49: the mma.sync families' stored tiles, \"mn\" by default: the same sm_90 PTX for all 27 "
-                 "records (studies/ptx_same.py)"},
         {"step": "promote", "commit": "step 49 (issue 39)", "file": "h100/step49/tune64/tuned.json.xz",
          "what": "step 49: float64 tuned on an H100 at the 18 wide-suite shapes (`mmtune tune --recorded`, 12 "
                  "trials; the seven under 2048^3 on to 36), from the new first tile (16 x 8 x 8, 8-deep, 4 stages)"},
+        {"step": "relabel", "commit": "step 49 (issue 39)", "hashes": STEP49_HASHES,
+         "what": "step 49: the mma.sync families' stored tiles, \"mn\" by default, and their reads of adjacent k's "
+                 "folded into one reader: the same sm_90 PTX for all 45 records (studies/ptx_same.py)"},
     ],
 }
 
