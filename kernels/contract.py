@@ -42,6 +42,8 @@ and, where they apply (their defaults suit a family without them):
                   move a tile between them (a family splitting K by its own `splits` names itself)
   first_tile      first_tile(dtype, cc) -> the tile a cold tune tries first on a GPU of compute
                   capability `cc`, whole and split by its schedules, or None
+  few_tile        few_tile(dtype, cc) -> a smaller tile it also tries first where the first tile's
+                  blocks would not give every SM two, or None
   few_rows_config few_rows_config(product, sm_count, deterministic) -> its params for a Product
                   of fewer rows than the shape rules' smallest tile, or None; `summary` says how
                   its kernels compute, in lookup's reasons
@@ -188,6 +190,9 @@ class Family:
     #: first_tile(dtype, cc) -> the tile a cold tune tries first, whole and split by its
     #: schedules, on a GPU of compute capability `cc` ("9.0"; None: unknown), or None
     first_tile: Callable[[str, str | None], dict | None] | None = None
+    #: few_tile(dtype, cc) -> a smaller tile a cold tune also tries first where the first tile's
+    #: blocks would not give every SM two (autotune.space.guesses), or None
+    few_tile: Callable[[str, str | None], dict | None] | None = None
     #: few_rows_config(product, sm_count, deterministic) -> its params for a Product of fewer rows
     #: than the shape rules' smallest tile (none that add into C where `deterministic`), or None
     few_rows_config: Callable[[Product, int, bool], dict | None] | None = None

@@ -67,6 +67,7 @@ from .mma_space import (  # noqa: F401  the space dmma and tf32x3 declare
     PARTS,
     SPACE,
     estimated_registers,
+    few_tile,
     first_tile,
     fits,
     footprint,
@@ -368,4 +369,4 @@ _GATHERS = {
 FAMILY = Family(name="dmma", space=SPACE, default=DEFAULT, restrict=restrict, build=build, first_guess=0,
                 shared_bytes=shared_bytes,
                 instructions=instructions, footprint=footprint, schedules=Schedules(whole="dmma", split="dmma"),
-                first_tile=first_tile)
+                first_tile=first_tile, few_tile=few_tile)

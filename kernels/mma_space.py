@@ -57,6 +57,13 @@ FIRST_TILE = {"bm": 64, "bn": 128, "bk": 16, "warps_m": 1, "warps_n": 4, "stages
 
 FIRST_BY_ARCH = {(8, 0): {"mma": "m8n8k4"}, (9, 0): {"mma": "m16n8k8", "bk": 8, "stages": 4}}
 
+#: the tile a cold tune also tries where the first tile's blocks would leave SMs short: half as
+#: wide, a warp a 16-row slice, tiles as they lie in memory; it needs a K = 8 instruction (sm_90)
+#: and ran fastest where the first tile gave fewer blocks than SMs (docs/performance.md, step 50)
+FEW_TILE = {"bm": 64, "bn": 64, "bk": 16, "warps_m": 4, "warps_n": 1, "stages": 4, "min_blocks": 1, "stored": "memory"}
+
+FEW_BY_ARCH = {(9, 0): {"mma": "m16n8k8"}}
+
 def pad(dtype: str) -> int:
     return PAD_BYTES // itemsize(dtype)
 
@@ -170,6 +177,10 @@ def tensor_tile(tile: dict, by_arch: dict, cc: str | None) -> dict | None:
 def first_tile(dtype: str, cc: str | None) -> dict | None:
     """FIRST_TILE for float64 on a GPU with fast FP64 tensor cores (tensor_tile)."""
     return tensor_tile(FIRST_TILE, FIRST_BY_ARCH, cc) if dtype == DTYPE else None
+
+def few_tile(dtype: str, cc: str | None) -> dict | None:
+    """FEW_TILE for float64 on a GPU with fast FP64 tensor cores and its instruction (tensor_tile)."""
+    return tensor_tile(FEW_TILE, FEW_BY_ARCH, cc) if dtype == DTYPE else None
 
 def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
     if dtype != DTYPE:

@@ -134,6 +134,14 @@ STEP49_HASHES = {"wgmma": "88a644be67767efd", "dmma": "8e78047d5e3ef9ea", "tf32x
                  "streamk": "822c2cf5beb8e475", "shared": "24908dc3ac1866c5", "naive": "7b728afa945ddbf7",
                  "gemv": "9128497dce6ff119"}
 
+#: every family's source hash after step 50 gave dmma a second tile for a cold tune to try first
+#: (`few_tile`, in the families' contract): the same sm_90 PTX for every shipped record
+#: (studies/ptx_same.py)
+STEP50_HASHES = {"wgmma": "df101b90070127a6", "dmma": "1dbaa1d467c28134", "tf32x3": "90328122c517962f",
+                 "vector": "94afdc7630da6806", "splitk": "07522f42dc95dbde", "register": "8ab9c4edaa8c3f8d",
+                 "streamk": "4ecc2d572cfa44ff", "shared": "74bea3c8429871a1", "naive": "ffe5d25c102762ce",
+                 "gemv": "87f6f673163940c2"}
+
 SHIPPED = {
     "measured/nvidia-h200.json.xz": [
         {"step": "table", "commit": "9494194",
@@ -184,6 +192,8 @@ SHIPPED = {
         {"step": "relabel", "commit": "step 49 (issue 39)", "field": "wgmma_kernels", "hashes": STEP49_HASHES,
          "what": "step 49: the mma.sync families' stored tiles, off by default, which leave every kernel's PTX as "
                  "it was"},
+        {"step": "relabel", "commit": "step 50 (issue 39)", "field": "wgmma_kernels", "hashes": STEP50_HASHES,
+         "what": "step 50: dmma's few tile for a cold tune, which leaves every kernel's PTX as it was"},
     ],
     "records/nvidia-h200.json": [
         {"step": "promote", "commit": "9494194", "file": "h200/step25/retimed.json.xz",
@@ -255,6 +265,9 @@ SHIPPED = {
         {"step": "relabel", "commit": "step 49 (issue 39)", "hashes": STEP49_HASHES,
          "what": "step 49: the mma.sync families' stored tiles, \"mn\" by default: the same sm_90 PTX for all 51 "
                  "records (studies/ptx_same.py)"},
+        {"step": "relabel", "commit": "step 50 (issue 39)", "hashes": STEP50_HASHES,
+         "what": "step 50: dmma's few tile for a cold tune: the same sm_90 PTX for all 51 records "
+                 "(studies/ptx_same.py)"},
     ],
     "records/nvidia-h100-80gb-hbm3.json": [
         {"step": "promote", "commit": "step 39 (issue 39)", "file": "h100/step39/tune/tuned.json.xz",
@@ -299,6 +312,14 @@ SHIPPED = {
         {"step": "relabel", "commit": "step 49 (issue 39)", "hashes": STEP49_HASHES,
          "what": "step 49: the mma.sync families' stored tiles, \"mn\" by default, and their reads of adjacent k's "
                  "folded into one reader: the same sm_90 PTX for all 45 records (studies/ptx_same.py)"},
+        {"step": "relabel", "commit": "step 50 (issue 39)", "hashes": STEP50_HASHES,
+         "what": "step 50: dmma's few tile for a cold tune: the same sm_90 PTX for all 45 records "
+                 "(studies/ptx_same.py)"},
+        {"step": "promote", "commit": "step 50 (issue 39)", "file": "h100/step50/tune64/tuned.json.xz",
+         "only": ["1000x1000x1000", "1024x1024x1024"],
+         "what": "step 50: float64 tuned again on an H100 at the seven wide-suite shapes under 2048^3 (20 trials "
+                 "each, from the first tile and, where its blocks would give an SM fewer than two, the few tile); "
+                 "the two faster than their records promoted, both on the few tile"},
     ],
 }
 

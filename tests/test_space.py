@@ -204,6 +204,20 @@ def test_float64_takes_the_fp64_tensor_cores_by_compute_capability():
     assert families_for("float64")[0] == "dmma" and "dmma" not in families_for("float32")
 
 
+def test_float64_also_tries_its_few_tile_where_the_first_tile_leaves_sms_short():
+    """1024^3 in 64x128 tiles is 128 blocks on 132 SMs: the 64x64 tile joins the first guesses,
+    split for two waves and whole; 2048^3 (512 blocks) and an sm_80 GPU (no 16 x 8 x 8 float64)
+    keep one tile."""
+    hopper = DeviceLimits.for_cc("9.0")
+    tiles = lambda shape, gpu: [(c.params["bm"], c.params["bn"], c.params["splits"]) for c in shape_guesses(
+        shape, "float64", gpu) if c.family == "dmma"]
+    assert tiles((1024, 1024, 1024), on(hopper, 132, "9.0")) == [(64, 128, 4), (64, 128, 1), (64, 64, 2), (64, 64, 1)]
+    few = shape_guesses((1024, 1024, 1024), "float64", on(hopper, 132, "9.0"))[3]
+    assert few.params == {**mma_space.FEW_TILE, "mma": "m16n8k8", "splits": 1}
+    assert tiles((2048, 2048, 2048), on(hopper, 132, "9.0")) == [(64, 128, 1)]
+    assert tiles((1024, 1024, 1024), on(DeviceLimits.for_cc("8.0"), 108, "8.0")) == [(64, 128, 2), (64, 128, 1)]
+
+
 def test_float32_takes_three_tf32_products_on_data_center_gpus_from_sm80_on():
     hopper = DeviceLimits.for_cc("9.0")
     guesses = shape_guesses((4096, 4096, 4096), "float32", on(hopper, 132, "9.0"))

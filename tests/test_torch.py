@@ -261,6 +261,28 @@ def test_bad_operands_say_what_is_wrong():
         mt.matmul(a, torch.randn(4, 5, device=DEVICE), torch.randn(4, device=DEVICE))
 
 
+def test_linear_refuses_what_f_linear_refuses_with_its_words(kernel_calls):
+    layer = mt.Linear(4, 3, device=DEVICE)
+    for x in (torch.randn(2, 5, device=DEVICE), torch.randn(2, 4, device=DEVICE, dtype=torch.float64)):
+        with pytest.raises(RuntimeError) as ours:
+            layer(x)
+        with pytest.raises(RuntimeError) as theirs:
+            functional.linear(x, layer.weight, layer.bias)
+        assert str(ours.value) == str(theirs.value)
+    with pytest.raises(RuntimeError, match="size of the tensor"):
+        mt.linear(torch.randn(2, 4, device=DEVICE), layer.weight, torch.randn(2, device=DEVICE))
+    assert kernel_calls == []
+
+
+def test_torch_func_transforms_reach_the_op_not_the_eager_shortcut():
+    """The eager path applies its autograd Function without the wrapper that checks for torch.func
+    transforms; under one, the op runs instead and torch says what it lacks (without this, an
+    internal assert of functorch's)."""
+    W = torch.randn(5, 4, device=DEVICE)
+    with pytest.raises(RuntimeError, match="setup_context"):
+        torch.func.grad(lambda x: mt.matmul(x, W).sum())(torch.randn(3, 5, device=DEVICE))
+
+
 @pytest.mark.skipif(not ON_GPU, reason="20 training steps: a GPU run (the simulator takes seconds a product)")
 def test_training_with_patch_follows_nn_linear():
     torch.manual_seed(1)

@@ -157,6 +157,8 @@ class LoadedKernel:
     dynamic_shared: int = 0
     image: bytes = b""  # the cubin, kept alive while the library may still read it
     _opted_in: set = field(default_factory=set)
+    #: the kernel as the CUfunction it casts to, which cuLaunchKernel takes without converting it
+    function: object = None
 
     def opt_in(self, dev: GpuContext) -> None:
         """Allow dynamic shared memory above the default 48 KB on this device (once per device)."""
@@ -171,7 +173,7 @@ def load(cubin: bytes, entry: str, dynamic_shared: int = 0) -> LoadedKernel:
     check(driver.cuInit(0), "cuInit")
     library = check(driver.cuLibraryLoadData(cubin, None, None, 0, None, None, 0), "cuLibraryLoadData")
     kernel = check(driver.cuLibraryGetKernel(library, entry.encode()), f"cuLibraryGetKernel({entry[:40]}...)")
-    return LoadedKernel(library, kernel, dynamic_shared, cubin)
+    return LoadedKernel(library, kernel, dynamic_shared, cubin, function=driver.CUfunction(int(kernel)))
 
 
 @dataclass(frozen=True)
@@ -189,7 +191,7 @@ class Plan:
 
     def __init__(self, loaded: LoadedKernel, dev: GpuContext, blocks: Blocks, words: list[int], slots: list[int]):
         self.loaded, self.device = loaded, dev
-        self.kernel = loaded.kernel
+        self.kernel = loaded.kernel if loaded.function is None else loaded.function
         self.grid = tuple(blocks.grid)
         self.block = tuple(blocks.block) + (1,) * (3 - len(blocks.block))
         self.shared = loaded.dynamic_shared

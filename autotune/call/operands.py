@@ -61,7 +61,8 @@ def read_torch(t) -> Operand:
 
 
 def _torch_strides(t) -> tuple:
-    return tuple(s * t.element_size() for s in t.stride())
+    size = t.element_size()
+    return tuple([s * size for s in t.stride()])
 
 
 def read_cupy(x) -> Operand:

@@ -85,20 +85,31 @@ def shape_guesses(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits) -> li
 
 def first_tile_guesses(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits) -> list[Config]:
     """Each family's first tile for `dtype` on `gpu` (Family.first_tile: the tensor-core families'
-    on GPUs whose tensor cores are fast), whole and with K split for two waves where its schedules
-    split K; those that can run."""
+    on GPUs whose tensor cores are fast), and its few tile where the first tile's blocks would
+    give fewer than FEW_BLOCKS_PER_SM an SM (Family.few_tile); each whole and with K split for
+    two waves where its schedules split K; those that can run."""
     limits, sm_count, cc = gpu, gpu.sm_count, gpu.cc or None
+    m, n, _ = shape
     configs = []
     for entry in kernels.FAMILIES.values():
         tile = entry.first_tile(dtype, cc) if entry.first_tile else None
         if tile is None:
             continue
+        tiles = [tile]
+        few = entry.few_tile(dtype, cc) if entry.few_tile else None
+        if few and -(-m // tile["bm"]) * -(-n // tile["bn"]) < FEW_BLOCKS_PER_SM * sm_count:
+            tiles.append(few)
         schedules = entry.schedules
-        step = {"bk": entry.footprint(tile, dtype).bk} if entry.footprint else {}  # a K-step of its own
-        splits = wave_splits(shape, {**tile, **step}, sm_count) if schedules and schedules.split else 1
-        configs += [Config.of(*schedules.config(tile, s)) if schedules else Config.of(entry.name, tile)
-                    for s in dict.fromkeys((splits, 1))]
+        for tile in tiles:
+            step = {"bk": entry.footprint(tile, dtype).bk} if entry.footprint else {}  # a K-step of its own
+            splits = wave_splits(shape, {**tile, **step}, sm_count) if schedules and schedules.split else 1
+            configs += [Config.of(*schedules.config(tile, s)) if schedules else Config.of(entry.name, tile)
+                        for s in dict.fromkeys((splits, 1))]
     return [c for c in configs if infeasibility(c.family, c.params, dtype, limits) is None]
+
+
+#: a family's few tile joins its first where the first tile's blocks give an SM fewer than this
+FEW_BLOCKS_PER_SM = 2
 
 
 #: K-splits by wave arithmetic: double them while the blocks fill fewer than this many waves...

@@ -9,19 +9,21 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from autotune.torch.ops import DTYPES, disabled, matmul
+from autotune.torch.ops import DTYPES, disabled, has_kernels, served
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
            precision: str | None = None) -> torch.Tensor:
     """`torch.nn.functional.linear` through mmtune: x @ weight.T + bias, the weight read
-    transposed in place (layout NT). Under autocast, and where mmtune has no kernel for the
-    operands, it is F.linear itself."""
-    if disabled() or torch.is_autocast_enabled(x.device.type) or x.dtype not in DTYPES or x.dim() == 0:
+    transposed in place (layout NT). Under autocast, where mmtune has no kernel for the operands,
+    and for operands F.linear refuses (which it then says why), it is F.linear itself."""
+    if (disabled() or x.dim() == 0 or weight.dim() != 2 or x.shape[-1] != weight.shape[1]
+            or bias is not None and bias.shape != (weight.shape[0],) or not has_kernels(x, weight, bias)
+            or torch.is_autocast_enabled(x.device.type)):
         return functional.linear(x, weight, bias)
     if x.dim() == 1:
-        return matmul(x.unsqueeze(0), weight.t(), bias, precision).squeeze(0)
-    return matmul(x, weight.t(), bias, precision)
+        return served(x.unsqueeze(0), weight.t(), bias, precision or "").squeeze(0)
+    return served(x, weight.t(), bias, precision or "")
 
 
 class Linear(nn.Linear):

@@ -60,29 +60,35 @@ def matmul(A: torch.Tensor, B: torch.Tensor, bias: torch.Tensor | None = None,
                          f"{tuple(B.shape)}")
     if bias is not None and tuple(bias.shape) != (B.shape[1],):
         raise ValueError(f"bias must have shape ({B.shape[1]},); got {tuple(bias.shape)}")
-    if disabled() or not _served(A, B, bias):
+    if disabled() or not has_kernels(A, B, bias):
         product = A @ B
         return product if bias is None else product + bias
+    return served(A, B, bias, precision or "")
+
+
+def served(A: torch.Tensor, B: torch.Tensor, bias: torch.Tensor | None, precision: str) -> torch.Tensor:
+    """`matmul` of operands it has checked and serves: the op where torch must see it, else the
+    op's body, inside the autograd Function where a gradient is needed."""
     rows = A if A.dim() == 2 else A.reshape(-1, A.shape[-1])
-    precision = precision or ""
     if _traced(rows, B, bias):
         product = torch.ops.mmtune.matmul(rows, B, bias, precision)
     elif torch.is_grad_enabled() and (rows.requires_grad or B.requires_grad or bias is not None and bias.requires_grad):
-        product = _Product.apply(rows, B, bias, precision)
+        product = _apply(rows, B, bias, precision)
     else:
         product = _product(rows, B, bias, precision)
     return product if A.dim() == 2 else product.view(*A.shape[:-1], B.shape[1])
 
 
-def _traced(*tensors: torch.Tensor | None) -> bool:
+def _traced(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> bool:
     """Whether the op itself must be called, not its body: torch is tracing (some versions trace
-    AOT autograd's backward with is_compiling() false, but always under a dispatch mode), or a
-    tensor is a subclass, whose own dispatch must see the op."""
+    AOT autograd's backward with is_compiling() false, but always under a dispatch mode), a
+    torch.func transform is active, or a tensor is a subclass, whose own dispatch must see the op."""
     return (torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None
-            or any(type(t) not in _PLAIN for t in tensors if t is not None))
+            or torch._C._are_functorch_transforms_active()
+            or type(a) not in _PLAIN or type(b) not in _PLAIN or bias is not None and type(bias) not in _PLAIN)
 
 
-def _served(A: torch.Tensor, B: torch.Tensor, bias: torch.Tensor | None) -> bool:
+def has_kernels(A: torch.Tensor, B: torch.Tensor, bias: torch.Tensor | None) -> bool:
     """Whether mmtune computes this product: a float dtype it has kernels for, on CUDA or the CPU
     (operands on two devices are refused as torch.matmul refuses them)."""
     dtype = A.dtype
@@ -148,19 +154,20 @@ def _transposed(x: torch.Tensor) -> bool:
 
 
 def _backward(ctx, grad):
-    """dA = dC @ B.T, dB = A.T @ dC, dbias = the column sums of dC: each only where needed, each
-    through `matmul`, so a backward that builds a graph (double backward) is differentiable too.
-    A gradient has its operand's layout: for a transposed operand (nn.Linear's W.T) the kernel
-    computes the transpose, dW = dC.T @ X, so that no copy makes it W's layout afterwards."""
+    """dA = dC @ B.T, dB = A.T @ dC, dbias = the column sums of dC: each only where needed. A
+    gradient has its operand's layout: for a transposed operand (nn.Linear's W.T) the kernel
+    computes the transpose, dW = dC.T @ X, so that no copy makes it W's layout afterwards. Each
+    goes through `served`, so a backward that builds a graph (double backward) is differentiable
+    too, and one that torch traces calls the op."""
     a, b = ctx.saved_tensors
     needs_a, needs_b, needs_bias = ctx.needs_input_grad[:3]
     a_transposed, b_transposed = ctx.transposed
     grad_a = grad_b = None
     if needs_a:
-        grad_a = matmul(b, grad.t(), None, ctx.precision).t() if a_transposed else matmul(grad, b.t(), None,
+        grad_a = served(b, grad.t(), None, ctx.precision).t() if a_transposed else served(grad, b.t(), None,
                                                                                           ctx.precision)
     if needs_b:
-        grad_b = matmul(grad.t(), a, None, ctx.precision).t() if b_transposed else matmul(a.t(), grad, None,
+        grad_b = served(grad.t(), a, None, ctx.precision).t() if b_transposed else served(a.t(), grad, None,
                                                                                           ctx.precision)
     grad_bias = grad.sum(0) if needs_bias else None
     return grad_a, grad_b, grad_bias, None
@@ -179,6 +186,11 @@ class _Product(torch.autograd.Function):
         return _product(a, b, bias, precision)
 
     backward = staticmethod(_backward)
+
+
+#: autograd.Function.apply without its Python wrapper, whose work (torch.func transforms, which
+#: `_traced` sends to the op instead, and their dead wrappers) costs more than a small product
+_apply = super(torch.autograd.Function, _Product).apply
 
 
 def _simulated(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, deterministic: bool,
