@@ -268,6 +268,10 @@ SHIPPED = {
         {"step": "relabel", "commit": "step 50 (issue 39)", "hashes": STEP50_HASHES,
          "what": "step 50: dmma's few tile for a cold tune: the same sm_90 PTX for all 51 records "
                  "(studies/ptx_same.py)"},
+        {"step": "promote", "commit": "step 50 (issue 39)", "file": "h200/step50/tune64/tuned.json.xz",
+         "what": "step 50: the nine float64 records of the step-27 tile (16 x 8 x 4, 64x128) tuned again on an "
+                 "H200, 10 trials each from the first tile (16 x 8 x 8, 8-deep, 4 stages) and the few tile; all "
+                 "nine faster"},
     ],
     "records/nvidia-h100-80gb-hbm3.json": [
         {"step": "promote", "commit": "step 39 (issue 39)", "file": "h100/step39/tune/tuned.json.xz",
