@@ -272,6 +272,9 @@ SHIPPED = {
          "what": "step 50: the nine float64 records of the step-27 tile (16 x 8 x 4, 64x128) tuned again on an "
                  "H200, 10 trials each from the first tile (16 x 8 x 8, 8-deep, 4 stages) and the few tile; all "
                  "nine faster"},
+        {"step": "promote", "commit": "step 50 (issue 39)", "file": "h200/step50/tune64-more/tuned.json.xz",
+         "what": "step 50: float64 tuned on an H200 at the ten wide-suite shapes that had no H200 row (the H100's "
+                 "rows served them), 10 trials each; all ten added"},
     ],
     "records/nvidia-h100-80gb-hbm3.json": [
         {"step": "promote", "commit": "step 39 (issue 39)", "file": "h100/step39/tune/tuned.json.xz",
