@@ -17,6 +17,7 @@ class Memos:
     def __init__(self) -> None:
         self._tables: dict[str, dict] = {}
         self._functions: dict[str, Callable] = {}
+        self._hooks: list[Callable[[], None]] = []
 
     def table(self, name: str) -> dict:
         """The memo named `name` ("stage.what"), made empty on first use."""
@@ -27,6 +28,10 @@ class Memos:
         cached = functools.cache(fn)
         self._functions[f"{fn.__module__}.{fn.__qualname__}"] = cached
         return cached
+
+    def on_clear(self, forget: Callable[[], None]) -> None:
+        """Have `clear` call `forget` too: a memo held outside Python (autotune.torch.native's)."""
+        self._hooks.append(forget)
 
     def sizes(self) -> dict[str, int]:
         """How many entries each memo holds."""
@@ -39,6 +44,8 @@ class Memos:
             table.clear()
         for fn in self._functions.values():
             fn.cache_clear()
+        for forget in self._hooks:
+            forget()
 
 
 MEMOS = Memos()

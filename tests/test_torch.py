@@ -17,7 +17,7 @@ from torch import nn  # noqa: E402
 from torch.nn import functional  # noqa: E402
 
 import autotune.torch as mt  # noqa: E402
-from autotune.torch import ops  # noqa: E402
+from autotune.torch import native, ops  # noqa: E402
 
 DEVICE = "cuda" if ON_GPU else "cpu"
 BACKEND = "inductor" if ON_GPU else "aot_eager"
@@ -26,7 +26,10 @@ TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-12}
 
 @pytest.fixture(autouse=True)
 def seeded(monkeypatch):
+    """And the Python eager path: tests/test_native.py runs the C++ one."""
     monkeypatch.delenv(ops.DISABLE_ENV, raising=False)
+    monkeypatch.setenv(native.ENV, "0")
+    monkeypatch.setattr(native, "extension", None)
     torch.manual_seed(0)
     if ON_GPU:
         torch.backends.cuda.matmul.allow_tf32 = False

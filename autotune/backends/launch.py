@@ -24,6 +24,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from functools import cache
+from typing import NamedTuple
 
 from cuda.bindings import driver
 
@@ -186,6 +187,23 @@ class Blocks:
     zero_words: int = 0
 
 
+class Launch(NamedTuple):
+    """One launch of a plan, as a caller that launches it itself reads it (a tuple, for C++):
+    the kernel's handle, grid, block, dynamic shared bytes, 32-bit words of C to zero first, the
+    argument words, the words that take the data pointers of A, B, C (and the bias), and byte
+    offsets into A and C."""
+
+    function: int
+    grid: tuple
+    block: tuple
+    shared: int
+    zero_words: int
+    words: list
+    slots: list
+    a_offset: int = 0
+    c_offset: int = 0
+
+
 class Plan:
     """One kernel launch for fixed shapes, dtype and device; per call only pointers and stream."""
 
@@ -209,6 +227,10 @@ class Plan:
         if buffer is None:
             buffer = self._local.buffer = ArgumentBuffer(self.words)
         return buffer
+
+    def launches(self) -> list[Launch]:
+        return [Launch(int(self.kernel), self.grid, self.block, self.shared, self.zero_words, list(self.words),
+                       list(self.slots))]
 
     def launch(self, a: int, b: int, c: int, stream: int, bias: int = 0) -> None:
         """Launch on the arrays at these device addresses; `bias` for a kernel that takes one."""
@@ -239,6 +261,10 @@ class RowParts:
 
     def __init__(self, parts: list[tuple[Plan, int, int]]):
         self.parts = parts  # (plan, A's offset, C's offset)
+
+    def launches(self) -> list[Launch]:
+        return [part._replace(a_offset=a_offset, c_offset=c_offset)
+                for plan, a_offset, c_offset in self.parts for part in plan.launches()]
 
     def launch(self, a: int, b: int, c: int, stream: int, bias: int = 0) -> None:
         for plan, a_offset, c_offset in self.parts:

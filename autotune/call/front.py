@@ -122,10 +122,9 @@ def matmul(A, B, out=None, stream=None, deterministic=False, precision=None, wai
         return _first_sight(A, B, out, bias, _options(stream, deterministic, precision, wait, bias))
     kind, read = found_a
     a, b = read(A), found_b[1](B)
-    key = (a.shape, b.shape, a.strides, b.strides, a.dtype, b.dtype, a.device, b.device, deterministic, precision)
     if bias is not None:
         bias = _readers[type(bias)][1](bias)
-        key += (bias.shape, bias.strides, bias.dtype, bias.device)
+    key = _key(a, b, bias, deterministic, precision)
     call = _plans.get(key)
     if call is None:
         call = _build(key, kind, (a, b, bias), _options(stream, deterministic, precision, wait, bias))
@@ -144,6 +143,27 @@ def matmul(A, B, out=None, stream=None, deterministic=False, precision=None, wai
         raw = current_stream(kind, a.device) if stream is None else launch.stream_handle(stream)
         call.plan.launch(a.pointer, b.pointer, c.pointer, raw, 0 if bias is None else bias.pointer)
     return out
+
+
+def _key(a: Operand, b: Operand, bias: Operand | None, deterministic: bool, precision: str | None) -> tuple:
+    """What a plan is kept under: everything about the operands but their addresses."""
+    key = (a.shape, b.shape, a.strides, b.strides, a.dtype, b.dtype, a.device, b.device, deterministic, precision)
+    return key if bias is None else key + (bias.shape, bias.strides, bias.dtype, bias.device)
+
+
+def launches(A, B, bias=None, deterministic=False, precision=None) -> list[launch.Launch] | None:
+    """The kernel launches a call of `matmul` with these operands makes, for a caller that
+    launches them itself (autotune.torch's native path): None where no call has planned them yet,
+    while a stand-in serves (the plan will change), while autotune.record counts calls, and
+    where C is empty."""
+    found_a, found_b = _readers.get(type(A)), _readers.get(type(B))
+    if found_a is None or found_b is None or bias is not None and type(bias) not in _readers:
+        return None
+    operand_of_bias = None if bias is None else _readers[type(bias)][1](bias)
+    call = _plans.get(_key(found_a[1](A), found_b[1](B), operand_of_bias, deterministic, precision))
+    if call is None or call.pending is not None or call.plan is None or recording.counts is not None:
+        return None
+    return call.plan.launches()
 
 
 def _options(stream, deterministic: bool, precision: str | None, wait: bool, bias) -> CallOptions:

@@ -20,6 +20,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Callable
 
 from autotune.errors import MmtuneError
 from autotune.store import recorded
@@ -29,6 +30,9 @@ ENV = "MMTUNE_RECORD"
 
 #: plan -> its calls while a recording runs; None while none does (the call paths' one check)
 counts: dict | None = None
+#: called with True when counting starts and False when it stops, by call paths that bypass
+#: `counts` between calls (autotune.torch's C++ path, whose calls then go through Python)
+listeners: list[Callable[[bool], None]] = []
 _running: list = []  # the Recordings under way, oldest first
 _lock = threading.Lock()
 
@@ -56,6 +60,8 @@ def start(path: Path | str) -> Recording:
     with _lock:
         if counts is None:
             counts = {}
+            for listener in listeners:
+                listener(True)
         recording = Recording(Path(path).absolute(), dict(counts))  # the place named now, wherever the cwd goes
         _running.append(recording)
     return recording
@@ -68,8 +74,10 @@ def stop(recording: Recording) -> list[Recorded]:
         products = recording.products()
         if recording in _running:
             _running.remove(recording)
-        if not _running:
+        if not _running and counts is not None:
             counts = None
+            for listener in listeners:
+                listener(False)
     return recorded.add(recording.path, products)
 
 

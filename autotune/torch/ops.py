@@ -26,7 +26,9 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 from autotune import backends
 from autotune.call import front
 from autotune.call.operands import operand_layout
+from autotune.call.options import CallOptions
 from autotune.errors import OperandError
+from autotune.torch import native
 
 DISABLE_ENV = "MMTUNE_DISABLE"
 DTYPES = (torch.float32, torch.float64)
@@ -35,6 +37,8 @@ DTYPES = (torch.float32, torch.float64)
 #: highest precision gets IEEE float32
 PRECISION_OF_TORCH = {"highest": "ieee", "high": "tf32x3", "medium": "tf32x3"}
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+#: precision -> its index in the C++ path's PRECISIONS
+NATIVE_PRECISIONS = {"": 0, "ieee": 1, "tf32x3": 2}
 _noted_cpu = []  # the one-time note on CPU tensors without the simulator has been given
 
 
@@ -68,15 +72,40 @@ def matmul(A: torch.Tensor, B: torch.Tensor, bias: torch.Tensor | None = None,
 
 def served(A: torch.Tensor, B: torch.Tensor, bias: torch.Tensor | None, precision: str) -> torch.Tensor:
     """`matmul` of operands it has checked and serves: the op where torch must see it, else the
-    op's body, inside the autograd Function where a gradient is needed."""
+    C++ eager path (autotune.torch.native) once it is loaded, else the op's body, inside the
+    autograd Function where a gradient is needed."""
     rows = A if A.dim() == 2 else A.reshape(-1, A.shape[-1])
+    native_path = native.extension
+    if native_path is None and rows.is_cuda:
+        if CallOptions().waits:
+            native_path = load_native()
+        else:
+            native.start(_native_fallback)
     if _traced(rows, B, bias):
         product = torch.ops.mmtune.matmul(rows, B, bias, precision)
+    elif native_path is not None and precision in NATIVE_PRECISIONS:
+        product = native_path.matmul(rows, B, bias, NATIVE_PRECISIONS[precision])
     elif torch.is_grad_enabled() and (rows.requires_grad or B.requires_grad or bias is not None and bias.requires_grad):
         product = _apply(rows, B, bias, precision)
     else:
         product = _product(rows, B, bias, precision)
     return product if A.dim() == 2 else product.view(*A.shape[:-1], B.shape[1])
+
+
+def load_native():
+    """The C++ eager path (autotune.torch.native), built and loaded now if it is not yet; None
+    where it cannot be built. Under MMTUNE_WAIT=1 the first CUDA product does this, as it waits
+    for its kernel's build; otherwise it loads in the background."""
+    return native.load(_native_fallback)
+
+
+def _native_fallback(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, precision: str):
+    """(C, its launches or None) for a product the C++ table lacks: computed here, its launches
+    (autotune.call.front.launches) kept by the table once they are final."""
+    c = _product(a, b, bias, precision)
+    launches = front.launches(a, b, None if bias is None else bias.contiguous(),
+                              torch.are_deterministic_algorithms_enabled(), precision or _torch_precision(a.dtype))
+    return c, launches
 
 
 def _traced(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> bool:
