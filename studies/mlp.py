@@ -7,6 +7,8 @@ kernel time by CUDA events, rounds alternating between the two models.
 
 Kernels are compiled before they serve (MMTUNE_WAIT=1, unless set otherwise): a stand-in kernel
 serving while the chosen one builds in the background would be timed instead of the steady state.
+For the same reason the first step waits for the C++ eager path (autotune.torch.native) to load;
+MMTUNE_NATIVE=0 times the Python path instead.
 
 With --compile, both models run under torch.compile(mode=MODE) ("reduce-overhead": CUDA graphs,
 so the host's time a product no longer holds a small batch back).

@@ -229,8 +229,8 @@ class Plan:
         return buffer
 
     def launches(self) -> list[Launch]:
-        return [Launch(int(self.kernel), self.grid, self.block, self.shared, self.zero_words, list(self.words),
-                       list(self.slots))]
+        return [Launch(function=int(self.kernel), grid=self.grid, block=self.block, shared=self.shared,
+                       zero_words=self.zero_words, words=list(self.words), slots=list(self.slots))]
 
     def launch(self, a: int, b: int, c: int, stream: int, bias: int = 0) -> None:
         """Launch on the arrays at these device addresses; `bias` for a kernel that takes one."""
