@@ -5,7 +5,10 @@ DGEMM runs. `make` also builds kernels.tf32x3's float32 kernels, which are these
 TF32 instructions where this family has one float64 instruction. A block of WARPS_M x WARPS_N warps computes a BM x BN tile of C, each warp a
 (BM / WARPS_M) x (BN / WARPS_N) part of it as tiles of the instruction's M x 8: per K of the
 instruction, a lane reads its elements of A and B (kernels.warp_mma.fragment) from shared memory
-and the warp issues one mma per tile. Tiles of A and B come into shared memory by asynchronous
+and the warp issues one mma per tile. float64 keeps two sets of fragments: a chunk of the k-loop
+reads the next chunk's (after the barrier, the next tile's first) into one while its own mma's
+issue from the other; tf32x3, whose split parts take twice the registers, keeps one, read after
+the sums. Tiles of A and B come into shared memory by asynchronous
 copies STAGES - 1 tiles ahead, moved as `vector`'s are (kernels.tiles.tile_copier, any layout),
 and lie there as sA[k, m] and sB[k, n] with PAD_BYTES more per row: a lane reads rows
 k = lane % 4 (+ 4 v) at column lane // 4, and rows 32 bytes (mod 128) apart put a warp's 32
@@ -109,7 +112,13 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
     PARTS_HELD = PARTS[dtype]
     CHUNK = config.get("chunk", 1)  # steps of the instruction's K summed before adding to acc
     A_STEP, B_STEP = A_HELD * PARTS_HELD, B_HELD * PARTS_HELD  # one step's fragments
-    A_FRAGMENT, B_FRAGMENT = CHUNK * A_STEP, CHUNK * B_STEP
+    A_FRAGMENT, B_FRAGMENT = CHUNK * A_STEP, CHUNK * B_STEP  # one set of a chunk's fragments
+    # two sets, a chunk's being read while the other's multiply; TF32's split parts, twice the
+    # registers, get one, read after the sums
+    SETS = 2 if PARTS_HELD == 1 else 1
+    A_SETS, B_SETS = SETS * A_FRAGMENT, SETS * B_FRAGMENT
+    CHUNKS = BK // IK // CHUNK  # a tile's
+    PASS = 2 if SETS == 2 and CHUNKS % 2 else 1  # tiles a pass, so that a set's role is the same each pass
     PERMUTED = config.get("stored", "mn") != "mn"  # a lane's k's adjacent in the tile
     K_MAJOR = k_major_operands(config, layout)
     A_K, B_K = "A" in K_MAJOR, "B" in K_MAJOR
@@ -131,7 +140,7 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
     NARROW = "".join(name for name in "AB" if wide[name] and name in unaligned)
     A_ALIGNMENT_TESTED = wide["A"] and "A" not in NARROW
     B_ALIGNMENT_TESTED = wide["B"] and "B" not in NARROW
-    movement = Movement(THREADS, VEC, layout=layout, offset_bits=offset_bits, k_major=K_MAJOR)
+    movement = Movement(THREADS, VEC, layout=layout, offset_bits=offset_bits, k_major=K_MAJOR, strided=True)
     copy_checked = tile_copier(BM, BN, BK, movement)
     copy_unchecked = tile_copier(BM, BN, BK, replace(movement, checked=False), narrow=NARROW)
     commit, wait_for_oldest = async_commit(), async_wait(STAGES - 2)
@@ -201,68 +210,97 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
     read_a, read_b = lane_reader(A_K, HALVES, A_HELD), lane_reader(B_K, 1, B_HELD)
 
     @cuda.jit(device=True)
-    def multiply_adjacent(q, sA, sB, stage, a_row, b_col, k_lane, a_frag, b_frag, acc):
-        """multiply_chunk where a lane's k's lie adjacent in the tiles."""
+    def read_adjacent(q, sA, sB, stage, a_row, b_col, k_lane, a_frag, b_frag, at):
+        """read_spread where a lane's k's lie adjacent in the tiles."""
         for s in range(CHUNK):
             k = (q * CHUNK + s) * IK + k_lane * PER_LANE
             for i in range(FM):
                 for v0 in range(HALVES):
-                    read_a(sA, stage, a_row + i * IM + 8 * v0, k, a_frag, s * A_STEP + i * A_PER + v0)
+                    read_a(sA, stage, a_row + i * IM + 8 * v0, k, a_frag, at * A_FRAGMENT + s * A_STEP + i * A_PER + v0)
             for j in range(FN):
-                read_b(sB, stage, b_col + j * IN, k, b_frag, s * B_STEP + j * B_PER)
-        sum_tiles(a_frag, b_frag, acc)
+                read_b(sB, stage, b_col + j * IN, k, b_frag, at * B_FRAGMENT + s * B_STEP + j * B_PER)
 
     @cuda.jit(device=True)
-    def multiply_chunk(q, sA, sB, stage, a_row, b_col, k_lane, a_frag, b_frag, acc):
-        """Chunk q of CHUNK steps of the instruction's K: this lane's elements of A and B for
-        each step, then the sums per tile."""
+    def read_spread(q, sA, sB, stage, a_row, b_col, k_lane, a_frag, b_frag, at):
+        """This lane's elements of A and B for chunk q of CHUNK steps of the instruction's K, into
+        fragment set `at`."""
         for s in range(CHUNK):
             k = (q * CHUNK + s) * IK + k_lane
             for i in range(FM):
                 for v1 in range(IK // 4):
                     for v0 in range(HALVES):
-                        keep(a_frag, s * A_STEP + i * A_PER + v0 + HALVES * v1, A_HELD,
+                        keep(a_frag, at * A_FRAGMENT + s * A_STEP + i * A_PER + v0 + HALVES * v1, A_HELD,
                              load_shared(sA, (stage, k + 4 * v1, a_row + i * IM + 8 * v0)))
             for j in range(FN):
                 for v in range(IK // 4):
-                    keep(b_frag, s * B_STEP + j * B_PER + v, B_HELD,
+                    keep(b_frag, at * B_FRAGMENT + s * B_STEP + j * B_PER + v, B_HELD,
                          load_shared(sB, (stage, k + 4 * v, b_col + j * IN)))
-        sum_tiles(a_frag, b_frag, acc)
+
+    read_chunk = read_adjacent if PERMUTED else read_spread
 
     @cuda.jit(device=True)
-    def sum_tile(j, i, a_frag, b_frag, acc):
-        """The sums into tile (i, j) of the warp's FM x FN tiles of the instruction's M x N."""
+    def sum_tile(j, i, at, a_frag, b_frag, acc):
+        """The sums into tile (i, j) of the warp's FM x FN tiles of the instruction's M x N, from set `at`."""
         first = (i * FN + j) * C_PER
-        d = sums(a_frag, b_frag, i * A_PER, j * B_PER, gather_c(acc, first))
+        d = sums(a_frag, b_frag, at * A_FRAGMENT + i * A_PER, at * B_FRAGMENT + j * B_PER, gather_c(acc, first))
         for c in range(C_PER):
             acc[first + c] = d[c]
 
     sum_row = unrolled(sum_tile, FN)  # rolled loops would put acc on the stack
 
     @cuda.jit(device=True)
-    def sum_row_i(i, a_frag, b_frag, acc):
-        sum_row(i, a_frag, b_frag, acc)
+    def sum_row_i(i, at, a_frag, b_frag, acc):
+        sum_row(i, at, a_frag, b_frag, acc)
 
     sum_tiles = unrolled(sum_row_i, FM)
-    multiply_tile = unrolled(multiply_adjacent if PERMUTED else multiply_chunk, BK // IK // CHUNK)
+
+    @cuda.jit(device=True)
+    def chunk_step(q, u, sA, sB, stage, a_row, b_col, k_lane, a_frag, b_frag, acc):
+        """Chunk q of the u-th tile of a pass, whose fragments set (u * CHUNKS + q) % SETS holds: the
+        next chunk's into the other set (the next tile's first once the barrier has made it
+        resident and every warp is done with the tile before), then this chunk's sums; with one
+        set, the sums first."""
+        at = (u * CHUNKS + q) % SETS
+        if SETS == 1:
+            sum_tiles(at, a_frag, b_frag, acc)
+        if q + 1 < CHUNKS:
+            read_chunk(q + 1, sA, sB, stage, a_row, b_col, k_lane, a_frag, b_frag, (at + 1) % SETS)
+        else:
+            wait_for_oldest()
+            cuda.syncthreads()
+            read_chunk(0, sA, sB, stage + 1 if stage + 1 < STAGES else 0, a_row, b_col, k_lane, a_frag, b_frag,
+                       (at + 1) % SETS)
+        if SETS == 2:
+            sum_tiles(at, a_frag, b_frag, acc)
+
+    multiply_tile = unrolled(chunk_step, CHUNKS)
 
     def copied_steps(copy):
-        """Multiply the tiles from k_from to k_to, each copied STAGES - 1 tiles ahead by `copy`,
-        starting in shared tile `stage`; returns the next stage."""
+        """Multiply tiles t_from to t_to of the n from k_begin on, each copied STAGES - 1 tiles
+        ahead by `copy`, starting in shared tile `stage` with its first chunk's fragments in set
+        0; returns the next stage. A pass multiplies PASS tiles, an even number of chunks."""
 
         @cuda.jit(device=True)
-        def steps(A, B, sA, sB, k_from, k_to, k_end, stage, row0, col0, tid, a_row, b_col, k_lane, a_frag, b_frag,
-                  acc):
-            for k0 in range(k_from, k_to, BK):
-                wait_for_oldest()
-                cuda.syncthreads()  # the tile at k0 is in, and every warp is done with the one before
-                k_ahead = k0 + (STAGES - 1) * BK
-                if k_ahead < k_end:
-                    ahead = stage - 1 if stage > 0 else STAGES - 1
-                    copy(A, B, k_ahead, row0, col0, tid, sA[ahead], sB[ahead])
+        def tile(u, A, B, sA, sB, t, t_to, n, k_begin, stage, row0, col0, tid, a_row, b_col, k_lane, a_frag, b_frag,
+                 acc):
+            """Tile t + u of the pass from tile t in `stage`, if before t_to."""
+            here, t = stage + u if stage + u < STAGES else stage + u - STAGES, t + u
+            if t < t_to:
+                if t + STAGES - 1 < n:  # into the stage every warp finished reading before the last barrier
+                    ahead = here - 1 if here > 0 else STAGES - 1
+                    copy(A, B, k_begin + (t + STAGES - 1) * BK, row0, col0, tid, sA[ahead], sB[ahead])
                 commit()
-                multiply_tile(sA, sB, stage, a_row, b_col, k_lane, a_frag, b_frag, acc)
-                stage = stage + 1 if stage + 1 < STAGES else 0
+                multiply_tile(u, sA, sB, here, a_row, b_col, k_lane, a_frag, b_frag, acc)
+
+        one_pass = unrolled(tile, PASS)
+
+        @cuda.jit(device=True)
+        def steps(A, B, sA, sB, t_from, t_to, n, k_begin, stage, row0, col0, tid, a_row, b_col, k_lane, a_frag,
+                  b_frag, acc):
+            for t in range(t_from, t_to, PASS):
+                one_pass(A, B, sA, sB, t, t_to, n, k_begin, stage, row0, col0, tid, a_row, b_col, k_lane, a_frag,
+                         b_frag, acc)
+                stage = stage + PASS if stage + PASS < STAGES else stage + PASS - STAGES
             return stage
 
         return steps
@@ -272,20 +310,27 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
     @cuda.jit(device=True)
     def multiply_all(A, B, sA, sB, k_begin, k_end, row0, col0, tid, a_row, b_col, k_lane, a_frag, b_frag, acc):
         """The tiles from k_begin to k_end; without bounds tests while a block inside C copies
-        tiles inside A and B of aligned rows."""
-        for s in range(STAGES - 1):
-            if k_begin + s * BK < k_end:
-                copy_checked(A, B, k_begin + s * BK, row0, col0, tid, sA[s], sB[s])
-            commit()  # empty groups too: the wait counts groups
+        whole tiles inside A and B of aligned rows. Fragments are read a chunk ahead of the sums
+        (two sets), so that the loads overlap the previous chunk's instructions."""
+        n, whole = max(0, -(-(k_end - k_begin) // BK)), max(0, (k_end - k_begin) // BK)
         M, N, _ = dims(A, B)
-        unchecked = 0
-        if (row0 + BM <= M and col0 + BN <= N and (not A_ALIGNMENT_TESTED or aligned(A))
-                and (not B_ALIGNMENT_TESTED or aligned(B))):
-            unchecked = max(0, (k_end - k_begin) // BK - (STAGES - 1))
-        k_split = k_begin + unchecked * BK
-        stage = unchecked_steps(A, B, sA, sB, k_begin, k_split, k_end, 0, row0, col0, tid, a_row, b_col, k_lane,
+        unchecked, inside = 0, row0 + BM <= M and col0 + BN <= N and whole >= STAGES - 1
+        if inside and (not A_ALIGNMENT_TESTED or aligned(A)) and (not B_ALIGNMENT_TESTED or aligned(B)):
+            for s in range(STAGES - 1):
+                copy_unchecked(A, B, k_begin + s * BK, row0, col0, tid, sA[s], sB[s])
+                commit()
+            unchecked = (whole - (STAGES - 1)) // PASS * PASS
+        else:
+            for s in range(STAGES - 1):
+                if s < n:
+                    copy_checked(A, B, k_begin + s * BK, row0, col0, tid, sA[s], sB[s])
+                commit()  # empty groups too: the wait counts groups
+        wait_for_oldest()
+        cuda.syncthreads()
+        read_chunk(0, sA, sB, 0, a_row, b_col, k_lane, a_frag, b_frag, 0)
+        stage = unchecked_steps(A, B, sA, sB, 0, unchecked, n, k_begin, 0, row0, col0, tid, a_row, b_col, k_lane,
                                 a_frag, b_frag, acc)
-        checked_steps(A, B, sA, sB, k_split, k_end, k_end, stage, row0, col0, tid, a_row, b_col, k_lane, a_frag,
+        checked_steps(A, B, sA, sB, unchecked, n, n, k_begin, stage, row0, col0, tid, a_row, b_col, k_lane, a_frag,
                       b_frag, acc)
 
     store_one = scalar_access(offset_bits)[1]
@@ -322,8 +367,8 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
             sA = cuda.shared.array(SA_SHAPE, elem_t, alignment=ALIGN)
             sB = cuda.shared.array(SB_SHAPE, elem_t, alignment=ALIGN)
         acc = cuda.local.array(ACCUMULATORS, elem_t)
-        a_frag = cuda.local.array(A_FRAGMENT, elem_t)
-        b_frag = cuda.local.array(B_FRAGMENT, elem_t)
+        a_frag = cuda.local.array(A_SETS, elem_t)
+        b_frag = cuda.local.array(B_SETS, elem_t)
         tid = cuda.threadIdx.x
         warp, lane = tid // WARP, tid % WARP
         warp_row, warp_col = (warp % WARPS_M) * WM, (warp // WARPS_M) * WN

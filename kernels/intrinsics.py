@@ -111,6 +111,14 @@ def async_copy(width: int, bits: int = 32):
     return simulated.async_copy(width) if config.ENABLE_CUDASIM else ptx.async_copy(width, bits)
 
 
+def async_copy_flat(width: int, bits: int = 32):
+    """copy(dst, dst_index, src, offset, extra): `async_copy` from element offset + extra of the
+    C-contiguous src counted from its first (the caller keeps it in range). `offset` is what a
+    thread's copies of a tile share, `extra` what differs (a multiple of the row length): the
+    compiler keeps one offset a tile rather than one a copy."""
+    return simulated.async_copy_flat(width) if config.ENABLE_CUDASIM else ptx.async_copy_flat(width, bits)
+
+
 def word_copy(bits: int = 32):
     """copy(dst, dst_index, src, src_index, count): start copying the 16-byte word that holds
     src[src_index] (a C-contiguous global array, its index in range) into dst at dst_index (16-byte

@@ -166,6 +166,43 @@ def async_copy(width: int, bits: int):
     return copy
 
 
+def async_copy_flat(width: int, bits: int):
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def copy(typingctx, dst, dst_index, src, offset, extra):
+        if not (_indexable(dst, dst_index) and isinstance(src, types.Array) and src.dtype == dst.dtype
+                and isinstance(offset, types.Integer) and isinstance(extra, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            element, kind = context.get_value_type(sig.args[0].dtype), ir.IntType(bits)
+            first, extra = (context.cast(builder, v, t, types.int64) for v, t in zip(args[3:], sig.args[3:]))
+            if bits == 32:
+                first, extra = builder.trunc(first, kind), builder.trunc(extra, kind)
+            # opaque, so that the compiler keeps one offset a tile rather than an induction variable a copy
+            first = builder.asm(ir.FunctionType(kind, [kind]), f"mov.b{bits} $0, $1;",
+                                "=r,r" if bits == 32 else "=l,l", [first], False)
+            offset = builder.add(first, extra)
+            offset = builder.zext(offset, ir.IntType(64)) if bits == 32 else offset
+            data = context.make_array(sig.args[2])(context, builder, value=args[2]).data
+            source = builder.gep(data, [offset], inbounds=True)
+            target = _element_pointer(context, builder, sig.args[:2], args[:2], bits=64)
+            target = builder.ptrtoint(builder.addrspacecast(target, ir.PointerType(element, 3)), ir.IntType(32))
+            source = builder.ptrtoint(builder.addrspacecast(source, ir.PointerType(element, 1)), ir.IntType(64))
+            size = width * context.get_abi_sizeof(element)
+            cache = "cg" if size == VECTOR_BYTES else "ca"
+            _start_copy(builder, f"cp.async.{cache}.shared.global [$0], [$1], {size}, $2;",
+                        (target, source, ir.Constant(ir.IntType(32), size)))
+            return context.get_dummy_value()
+
+        return types.none(dst, dst_index, src, offset, extra), codegen
+
+    return copy
+
+
 def word_copy(bits: int):
     from llvmlite import ir
     from numba import types

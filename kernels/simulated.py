@@ -19,6 +19,16 @@ def async_copy(width: int):
     return copy
 
 
+def async_copy_flat(width: int):
+    def copy(dst, dst_index, src, offset, extra):
+        values = src.reshape(-1)
+        head, last = dst_index[:-1], dst_index[-1]
+        for i in range(width):
+            dst[head + (last + i,)] = values[offset + extra + i]
+
+    return copy
+
+
 def word_copy():
     def copy(dst, dst_index, src, src_index, count):
         values = src.reshape(-1)

@@ -24,6 +24,7 @@ from .base import DeviceLimits, itemsize, registers_per_value
 from .intrinsics import (
     anywhere,
     async_copy,
+    async_copy_flat,
     rows_aligned,
     scalar_access,
     store,
@@ -127,6 +128,9 @@ class Movement:
     layout: str = "NN"
     offset_bits: int = 32
     k_major: str = ""
+    #: a thread's copies (tile_copier) as one offset plus constants, where its groups lie whole
+    #: rows apart: fewer registers for addresses, which dmma's second fragment set needs
+    strided: bool = False
 
 
 def tile_movers(bm: int, bn: int, bk: int, elem_t, movement: Movement, split: str = ""):
@@ -236,6 +240,11 @@ def _part_copier(part: Part, movement: Movement):
     TRANSPOSED, CHECKED = transposed, checked
     wide_copy, element_copy = async_copy(width, offset_bits), async_copy(1, offset_bits)
     aligned = rows_aligned(width)
+    # with `strided`, every thread's groups ROW_STEP rows apart: one offset in X and in the tile, plus
+    # constants and multiples of X's row length (what keeps a thread's copies to a few registers)
+    STRIDED = movement.strided and EVEN and threads % ROW_GROUPS == 0
+    ROW_STEP = threads // ROW_GROUPS
+    strided_copy = async_copy_flat(width, offset_bits)
 
     @cuda.jit(device=True)
     def copy_element(tile, tile_row, tile_col, X, r, c, valid):
@@ -245,7 +254,30 @@ def _part_copier(part: Part, movement: Movement):
             element_copy(tile, (tile_row, tile_col), X, (r, c), valid)
 
     @cuda.jit(device=True)
+    def copy_rows(X, row0, col0, tid, tile):
+        """copy_part where STRIDED."""
+        height, length = X.shape
+        inside = not CHECKED or (row0 + ROWS <= height and col0 + COLS <= length)
+        whole = inside and (WIDTH == 1 or not CHECKED or aligned(X))  # each group one copy
+        tile_row, tile_col = tid // ROW_GROUPS, tid % ROW_GROUPS * WIDTH
+        r, c = row0 + tile_row, col0 + tile_col
+        for i in range(LOADS):
+            below = i * ROW_STEP
+            if whole and TRANSPOSED:
+                strided_copy(tile, (tile_col, tile_row + below), X, r * length + c, below * length)
+            elif whole:
+                strided_copy(tile, (tile_row + below, tile_col), X, r * length + c, below * length)
+            else:
+                for j in range(WIDTH):
+                    valid = r + below < height and c + j < length
+                    copy_element(tile, tile_row + below, tile_col + j, X, r + below if valid else 0,
+                                 c + j if valid else 0, valid)
+
+    @cuda.jit(device=True)
     def copy_part(X, row0, col0, tid, tile):
+        if STRIDED:
+            copy_rows(X, row0, col0, tid, tile)
+            return
         height, length = X.shape
         inside = not CHECKED or (row0 + ROWS <= height and col0 + COLS <= length)
         wide = WIDTH > 1 and inside and (not CHECKED or aligned(X))

@@ -142,6 +142,15 @@ STEP50_HASHES = {"wgmma": "df101b90070127a6", "dmma": "1dbaa1d467c28134", "tf32x
                  "streamk": "4ecc2d572cfa44ff", "shared": "74bea3c8429871a1", "naive": "ffe5d25c102762ce",
                  "gemv": "87f6f673163940c2"}
 
+STEP51_HASHES = {"wgmma": "e199b22cceab5fa3", "dmma": "e852524ecfe9429f", "tf32x3": "01179feb027a7c63",
+                 "vector": "9ae10155ab33c358", "splitk": "83de2adf75f8bbfe", "register": "1d4ed3a436b1a015",
+                 "streamk": "fdc1a9af51bfff50", "shared": "548000f0693bc65a", "naive": "f7142e0728087c0a",
+                 "gemv": "a8f3edd40f01b9b8"}
+#: the families whose PTX step 51 left as it was (studies/ptx_same.py); dmma's and tf32x3's rows were tuned again
+STEP51_SAME = {family: h for family, h in STEP51_HASHES.items() if family not in ("dmma", "tf32x3")}
+#: dmma's docstring told of its two fragment sets, after the tuning
+STEP51_DOCSTRING = {"dmma": "4762fb985a97b5aa", "tf32x3": "8df607a992043444"}
+
 SHIPPED = {
     "measured/nvidia-h200.json.xz": [
         {"step": "table", "commit": "9494194",
@@ -194,6 +203,9 @@ SHIPPED = {
                  "it was"},
         {"step": "relabel", "commit": "step 50 (issue 39)", "field": "wgmma_kernels", "hashes": STEP50_HASHES,
          "what": "step 50: dmma's few tile for a cold tune, which leaves every kernel's PTX as it was"},
+        {"step": "relabel", "commit": "step 51 (issue 39)", "field": "wgmma_kernels", "hashes": STEP51_SAME,
+         "what": "step 51: dmma's copies as one offset a thread and two fragment sets, which leave the other "
+                 "families' PTX as it was"},
     ],
     "records/nvidia-h200.json": [
         {"step": "promote", "commit": "9494194", "file": "h200/step25/retimed.json.xz",
@@ -275,6 +287,14 @@ SHIPPED = {
         {"step": "promote", "commit": "step 50 (issue 39)", "file": "h200/step50/tune64-more/tuned.json.xz",
          "what": "step 50: float64 tuned on an H200 at the ten wide-suite shapes that had no H200 row (the H100's "
                  "rows served them), 10 trials each; all ten added"},
+        {"step": "relabel", "commit": "step 51 (issue 39)", "hashes": STEP51_SAME,
+         "what": "step 51: dmma's copies as one offset a thread and two fragment sets: the same sm_90 PTX for the "
+                 "41 records of the other families (studies/ptx_same.py)"},
+        {"step": "promote", "commit": "step 51 (issue 39)", "file": "h200/step51/tune64/tuned.json.xz",
+         "what": "step 51: the 19 dmma and the one tf32x3 record tuned again on an H200 on the new code, 12 "
+                 "trials each (`mmtune tune --recorded`)"},
+        {"step": "relabel", "commit": "step 51 (issue 39)", "hashes": STEP51_DOCSTRING,
+         "what": "step 51: dmma's docstring, after the tuning: the same code"},
     ],
     "records/nvidia-h100-80gb-hbm3.json": [
         {"step": "promote", "commit": "step 39 (issue 39)", "file": "h100/step39/tune/tuned.json.xz",
@@ -327,6 +347,14 @@ SHIPPED = {
          "what": "step 50: float64 tuned again on an H100 at the seven wide-suite shapes under 2048^3 (20 trials "
                  "each, from the first tile and, where its blocks would give an SM fewer than two, the few tile); "
                  "the two faster than their records promoted, both on the few tile"},
+        {"step": "relabel", "commit": "step 51 (issue 39)", "hashes": STEP51_SAME,
+         "what": "step 51: dmma's copies as one offset a thread and two fragment sets: the same sm_90 PTX for the "
+                 "27 records of the other families (studies/ptx_same.py)"},
+        {"step": "promote", "commit": "step 51 (issue 39)", "file": "h100/step51/tune64/tuned.json.xz",
+         "what": "step 51: the 18 dmma records tuned again on an H100 on the new code, 12 trials each "
+                 "(`mmtune tune --recorded`)"},
+        {"step": "relabel", "commit": "step 51 (issue 39)", "hashes": STEP51_DOCSTRING,
+         "what": "step 51: dmma's docstring, after the tuning: the same code"},
     ],
 }
 
