@@ -1,23 +1,20 @@
 """float64 products on the FP64 tensor cores: warps of `mma.sync` instructions (kernels.warp_mma).
 
-FFMA caps float64 at half the FP64 rate of a Hopper SM's tensor cores, where cuBLAS's
-DGEMM runs. `make` also builds kernels.tf32x3's float32 kernels, which are these with three
-TF32 instructions where this family has one float64 instruction. A block of WARPS_M x WARPS_N warps computes a BM x BN tile of C, each warp a
-(BM / WARPS_M) x (BN / WARPS_N) part of it as tiles of the instruction's M x 8: per K of the
-instruction, a lane reads its elements of A and B (kernels.warp_mma.fragment) from shared memory
-and the warp issues one mma per tile. float64 keeps two sets of fragments: a chunk of the k-loop
-reads the next chunk's (after the barrier, the next tile's first) into one while its own mma's
-issue from the other; tf32x3, whose split parts take twice the registers, keeps one, read after
-the sums. Tiles of A and B come into shared memory by asynchronous
-copies STAGES - 1 tiles ahead, moved as `vector`'s are (kernels.tiles.tile_copier, any layout),
-and lie there as sA[k, m] and sB[k, n] with PAD_BYTES more per row: a lane reads rows
-k = lane % 4 (+ 4 v) at column lane // 4, and rows 32 bytes (mod 128) apart put a warp's 32
-reads on distinct banks. With `stored` "k" they lie as sA[m, k] and sB[n, k]; with "memory"
-each lies as it does in memory (A in N and B in T K-major), so that every copy moves 16 bytes.
-Then the k's a lane holds are adjacent in the tile: the instruction's k = lane % 4 + 4 v is the
-tile's lane % 4 * (K / 4) + v, for A and B alike, which leaves the sum unchanged; a K-major
-tile's row gives them two a load. Rows are padded (kernels.mma_space.tile_rows) so that a
-warp's loads fall on distinct banks.
+FFMA caps float64 at half the FP64 rate of a Hopper SM's tensor cores, where cuBLAS's DGEMM runs. `make`
+also builds kernels.tf32x3's float32 kernels, which are these with three TF32 instructions where this family
+has one float64 instruction. A block of WARPS_M x WARPS_N warps computes a BM x BN tile of C, each warp a
+(BM / WARPS_M) x (BN / WARPS_N) part of it as tiles of the instruction's M x 8: per K of the instruction, a
+lane reads its elements of A and B (kernels.warp_mma.fragment) from shared memory and the warp issues one
+mma per tile. float64 keeps two sets of fragments: a chunk reads the next one's (past the barrier, the next
+tile's first) into one while its mma's issue from the other; tf32x3's split parts, twice the registers, keep
+one. Tiles of A and B come into shared memory by asynchronous copies STAGES - 1 tiles ahead, moved as
+`vector`'s are (kernels.tiles.tile_copier, any layout), and lie there as sA[k, m] and sB[k, n] with
+PAD_BYTES more per row: a lane reads rows k = lane % 4 (+ 4 v) at column lane // 4, and rows 32 bytes (mod
+128) apart put a warp's 32 reads on distinct banks. With `stored` "k" they lie as sA[m, k] and sB[n, k];
+with "memory" each lies as it does in memory (A in N and B in T K-major), so that every copy moves 16 bytes.
+Then the k's a lane holds are adjacent in the tile: the instruction's k = lane % 4 + 4 v is the tile's lane
+% 4 * (K / 4) + v, for A and B alike, which leaves the sum unchanged; a K-major tile's row gives them two a
+load. Rows are padded (kernels.mma_space.tile_rows) so that a warp's loads fall on distinct banks.
 Parameters:
   mma                 the instruction's shape, M x N x K (kernels.warp_mma.SHAPES): m8n8k4 on
                       sm_80 and later, the 16-row ones on sm_90
@@ -309,9 +306,8 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
 
     @cuda.jit(device=True)
     def multiply_all(A, B, sA, sB, k_begin, k_end, row0, col0, tid, a_row, b_col, k_lane, a_frag, b_frag, acc):
-        """The tiles from k_begin to k_end; without bounds tests while a block inside C copies
-        whole tiles inside A and B of aligned rows. Fragments are read a chunk ahead of the sums
-        (two sets), so that the loads overlap the previous chunk's instructions."""
+        """The tiles from k_begin to k_end, the first chunk's fragments read ahead; without bounds
+        tests while a block inside C copies whole tiles inside A and B of aligned rows."""
         n, whole = max(0, -(-(k_end - k_begin) // BK)), max(0, (k_end - k_begin) // BK)
         M, N, _ = dims(A, B)
         unchecked, inside = 0, row0 + BM <= M and col0 + BN <= N and whole >= STAGES - 1

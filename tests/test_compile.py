@@ -118,11 +118,10 @@ def check_compiled(family: str, dtype: str, count: int) -> None:
             steps, (tiles_m, tiles_n) = config["bk"] // SHAPES[config["mma"]][2], warp_tiles(config)
             a_count, b_count, _ = counts(config["mma"])
             loops = 2  # the k-loop without bounds tests and the one with them
-            chunk = config.get("chunk", 1)
-            passes = 2 if steps // chunk % 2 else 1  # tiles a pass of each loop: an even number of chunks
-            assert r["mma"] == loops * passes * steps * tiles_m * tiles_n * 3, r
+            chunk = config.get("chunk", 1)  # one fragment set (kernels.dmma): a tile a pass of each loop
+            assert r["mma"] == loops * steps * tiles_m * tiles_n * 3, r
             # and the first chunk, read ahead of the loops
-            assert r["tf32_splits"] == (loops * passes * steps + chunk) * (tiles_m * a_count + tiles_n * b_count), r
+            assert r["tf32_splits"] == (loops * steps + chunk) * (tiles_m * a_count + tiles_n * b_count), r
     if family == "wgmma":  # one K-tile's 12 instructions, A and B split in registers, K split through adds
         assert all(r["wgmma"] == 12 and r["tf32_splits"] and not r["mma"] for r in results), results
         assert all(bool(r["atomic_adds"]) == (r["config"]["splits"] > 1) for r in results), results
@@ -388,8 +387,9 @@ def test_tiles_with_a_lanes_k_adjacent_compile_to_two_element_shared_loads():
     assert child.returncode == 0, child.stderr[-3000:]
     counts = json.loads(child.stdout)
     per_step = 4 * 2 + 4
-    reads = 2 * 2 + 1  # chunk reads: two loops of two a pass, and the first ahead of them
+    reads = 2 * 2 + 1  # float64's chunk reads: two loops of two a pass, and the first ahead of them
+    split_reads = 2 * 1 + 1  # tf32x3's (one fragment set, a tile a pass): its one two-step chunk
     assert {name: (c["pairs"], c["scalars"]) for name, c in counts.items()} == {
         "dmma-m16n8k8-k": (reads * per_step, 0), "dmma-m16n8k16-k": (reads * 2 * per_step, 0),
-        "tf32x3-m16n8k8-k": (reads * 2 * per_step, 0), "dmma-m16n8k8-memory": (reads * 4 * 2, reads * 4 * 2)}
+        "tf32x3-m16n8k8-k": (split_reads * 2 * per_step, 0), "dmma-m16n8k8-memory": (reads * 4 * 2, reads * 4 * 2)}
     assert counts["dmma-m16n8k8-memory"]["element_copies"] < counts["dmma-m16n8k8-k"]["element_copies"]

@@ -132,26 +132,43 @@ def test_no_grad_products_skip_the_node(on):
     assert mt.matmul(a.detach(), b).grad_fn is None
 
 
-def test_recording_sends_every_product_through_python(on, tmp_path, python_products):
+def test_recording_counts_the_calls_the_table_launches(on, tmp_path, python_products):
     layer = mt.Linear(6, 3, device=DEVICE)
     x = torch.randn(4, 6, device=DEVICE)
     with torch.no_grad():
-        layer(x)  # planned (and on a GPU kept by the table)
+        layer(x)  # planned (and on a GPU kept by the table, which then counts its calls)
         with autotune.record(tmp_path / "calls.json"):
             layer(x), layer(x)
-    assert len(python_products) == 3
+        layer(x)  # not counted
+    assert len(python_products) == (1 if ON_GPU else 4)
     assert [product["calls"] for product in json.loads((tmp_path / "calls.json").read_text())["products"]] == [2]
 
 
-def test_recording_tells_its_listeners_when_counting_starts_and_stops(tmp_path, monkeypatch):
-    said = []
-    monkeypatch.setattr(recording, "listeners", [said.append])
+def test_recording_collects_what_counters_counted(tmp_path, monkeypatch):
+    """A call path counting its own calls (the C++ path's table) counts while a recording runs,
+    and what it counted joins `counts` before a nested recording starts and before one ends."""
+
+    class Counter:
+        def __init__(self):
+            self.on, self.pending = [], []
+
+        def counting(self, on):
+            self.on.append(on)
+
+        def counted(self):
+            found, self.pending = self.pending, []
+            return found
+
+    counter, plan = Counter(), object()
+    monkeypatch.setattr(recording, "counters", [counter])
     outer = recording.start(tmp_path / "outer.json")
-    with recording.record(tmp_path / "inner.json"):
-        pass
-    assert said == [True]  # the outer recording still counts
+    counter.pending = [(plan, 2)]
+    with recording.record(tmp_path / "inner.json") as inner:
+        assert inner.start == {plan: 2}  # counted before the inner recording began
+        counter.pending = [(plan, 3)]
+    assert recording.counts == {plan: 5} and counter.on == [True]  # the outer recording still counts
     recording.stop(outer)
-    assert said == [True, False]
+    assert counter.on == [True, False] and recording.counts is None
 
 
 def test_memos_clear_calls_the_hooks_of_memos_held_outside_python():

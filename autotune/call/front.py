@@ -151,19 +151,17 @@ def _key(a: Operand, b: Operand, bias: Operand | None, deterministic: bool, prec
     return key if bias is None else key + (bias.shape, bias.strides, bias.dtype, bias.device)
 
 
-def launches(A, B, bias=None, deterministic=False, precision=None) -> list[launch.Launch] | None:
-    """The kernel launches a call of `matmul` with these operands makes, for a caller that
-    launches them itself (autotune.torch's native path): None where no call has planned them yet,
-    while a stand-in serves (the plan will change), while autotune.record counts calls, and
-    where C is empty."""
+def planned(A, B, bias=None, deterministic=False, precision=None) -> CallPlan | None:
+    """The plan a call of `matmul` with these operands launches, for a caller that launches its
+    kernels itself (autotune.torch's native path: `plan.launches()`), and counts its calls under
+    it for autotune.record: None where no call has planned it yet, while a stand-in serves (the
+    plan will change), and where C is empty."""
     found_a, found_b = _readers.get(type(A)), _readers.get(type(B))
     if found_a is None or found_b is None or bias is not None and type(bias) not in _readers:
         return None
     operand_of_bias = None if bias is None else _readers[type(bias)][1](bias)
     call = _plans.get(_key(found_a[1](A), found_b[1](B), operand_of_bias, deterministic, precision))
-    if call is None or call.pending is not None or call.plan is None or recording.counts is not None:
-        return None
-    return call.plan.launches()
+    return None if call is None or call.pending is not None or call.plan is None else call
 
 
 def _options(stream, deterministic: bool, precision: str | None, wait: bool, bias) -> CallOptions:

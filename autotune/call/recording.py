@@ -20,7 +20,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Protocol
 
 from autotune.errors import MmtuneError
 from autotune.store import recorded
@@ -30,11 +30,20 @@ ENV = "MMTUNE_RECORD"
 
 #: plan -> its calls while a recording runs; None while none does (the call paths' one check)
 counts: dict | None = None
-#: called with True when counting starts and False when it stops, by call paths that bypass
-#: `counts` between calls (autotune.torch's C++ path, whose calls then go through Python)
-listeners: list[Callable[[bool], None]] = []
+#: call paths that count their calls themselves (autotune.torch's C++ path)
+counters: list[Counter] = []
 _running: list = []  # the Recordings under way, oldest first
 _lock = threading.Lock()
+
+
+class Counter(Protocol):
+    """A call path that counts its own calls, by the plans `counts` keys them by."""
+
+    def counting(self, on: bool) -> None:
+        """Count from now on, or stop."""
+
+    def counted(self) -> list[tuple[object, int]]:
+        """(plan, calls) of the calls since the last time it was asked."""
 
 
 @dataclass(eq=False)
@@ -60,8 +69,9 @@ def start(path: Path | str) -> Recording:
     with _lock:
         if counts is None:
             counts = {}
-            for listener in listeners:
-                listener(True)
+            for counter in counters:
+                counter.counting(True)
+        _collect()
         recording = Recording(Path(path).absolute(), dict(counts))  # the place named now, wherever the cwd goes
         _running.append(recording)
     return recording
@@ -71,14 +81,22 @@ def stop(recording: Recording) -> list[Recorded]:
     """End `recording` and merge what it counted into its file; returns what the file holds now."""
     global counts
     with _lock:
+        _collect()
         products = recording.products()
         if recording in _running:
             _running.remove(recording)
         if not _running and counts is not None:
             counts = None
-            for listener in listeners:
-                listener(False)
+            for counter in counters:
+                counter.counting(False)
     return recorded.add(recording.path, products)
+
+
+def _collect() -> None:
+    """Add what the counters counted into `counts` (under _lock, while counting)."""
+    for counter in counters:
+        for plan, calls in counter.counted():
+            counts[plan] = counts.get(plan, 0) + calls
 
 
 @contextmanager

@@ -184,15 +184,8 @@ def nearest_rows(rows: list[Row], shape: tuple[int, int, int], count: int = 1) -
 #: which now move them as whole words; rows timed on those keep their configs, whose speeds they
 #: understate
 SAME_CODE = {
-    **dict.fromkeys(("92a2f9cb3c20600d", "6a57709fa72b5733", "89edf771b001b7a4",
-                     "06d80e040ec03129", "76cd1f097b077356", "6a8ed525d0516fdb",
-                     "df3f3b74702f5b00", "fca8366bde2e5f75", "0f4979378866e115",
-                     "8e78047d5e3ef9ea"), "1dbaa1d467c28134"),  # dmma
-    "e852524ecfe9429f": "4762fb985a97b5aa",  # dmma, step 51's docstring
-    "01179feb027a7c63": "8df607a992043444",  # tf32x3, step 51's docstring
-    **dict.fromkeys(("5730437b47257c87", "d61c556e72e71093", "dc50226632e9b3d6",
-                     "73227d1a9e9657c2", "5b9d3af671d86edb", "691cf9ade0526138",
-                     "c6ac8e0b6516a29b", "e3f94a981d85de32", "c8206417bce05af5"), "90328122c517962f"),  # tf32x3
+    "e852524ecfe9429f": "68e3793d9c50ff61",  # dmma, step 51's docstring
+    "01179feb027a7c63": "1c5e51ae6c4b3793",  # tf32x3, step 51's docstring
     **dict.fromkeys(("e861213c0d10400a", "46c18dbcbf6be0a5", "8bfff77fd2b69181",
                      "a8f0260fda7b91dd", "518e63140bddc879", "abb96c882b71735b",
                      "26a0bc50e0850d9e", "975e277a70850b48", "77e0429cdab60417",

@@ -10,7 +10,8 @@
 // Python call path (`fallback`), which computes it and returns its launches once they are final
 // (not while a stand-in kernel serves); the table keeps them, and later calls launch them here
 // with cuLaunchKernel on the current stream. `clear` forgets them (autotune.memos). While
-// autotune.record counts calls, every product goes through Python (`set_counting`).
+// autotune.record counts calls (`counting`), each entry counts its own, and `counted` hands them
+// to autotune.call.recording under the Python plan they came from.
 
 #include <torch/extension.h>
 
@@ -66,6 +67,19 @@ struct Part {
 };
 
 using Launches = std::vector<Part>;
+
+// A product's launches, the Python call path's plan they came from, and its calls while counting.
+struct Entry {
+  Launches launches;
+  py::object plan;
+  std::atomic<int64_t> calls{0};
+
+  // the last holder may be a backward's thread, which does not hold the GIL
+  ~Entry() {
+    py::gil_scoped_acquire gil;
+    plan = py::object();
+  }
+};
 using Key = std::array<int64_t, 16>;
 
 struct KeyHash {
@@ -77,10 +91,12 @@ struct KeyHash {
 };
 
 std::mutex table_lock;
-std::unordered_map<Key, std::shared_ptr<const Launches>, KeyHash> table;
-// (a, b, bias, precision) -> (C, launches or None); never destroyed, since Python may be gone by then
+// never destroyed, as its Python objects may outlive the interpreter
+auto& table = *new std::unordered_map<Key, std::shared_ptr<Entry>, KeyHash>();
+// (a, b, bias, precision) -> (C, launches or None, their plan); never destroyed, as Python may be
+// gone by then
 py::object* python_fallback = new py::object();
-std::atomic<bool> counting{false};  // autotune.record counts calls: every product goes through Python
+std::atomic<bool> counting_on{false};  // autotune.record counts calls
 const std::array<const char*, 3> PRECISIONS = {"", "ieee", "tf32x3"};
 
 bool keyed(const at::Tensor& a, const at::Tensor& b, const c10::optional<at::Tensor>& bias, int64_t precision,
@@ -140,9 +156,11 @@ at::Tensor fallback(const at::Tensor& a, const at::Tensor& b, const c10::optiona
   TORCH_CHECK(*python_fallback, "mmtune: the native path was not given its Python call path");
   py::tuple result = (*python_fallback)(a, b, bias, PRECISIONS.at(precision));
   if (key != nullptr && !result[1].is_none()) {
-    auto launches = std::make_shared<const Launches>(parsed(result[1]));
+    auto entry = std::make_shared<Entry>();
+    entry->launches = parsed(result[1]);
+    entry->plan = result[2];
     std::lock_guard<std::mutex> guard(table_lock);
-    table[*key] = launches;
+    table[*key] = entry;
   }
   return result[0].cast<at::Tensor>();
 }
@@ -151,21 +169,22 @@ at::Tensor fallback(const at::Tensor& a, const at::Tensor& b, const c10::optiona
 at::Tensor product(const at::Tensor& a, const at::Tensor& b, const c10::optional<at::Tensor>& bias,
                    int64_t precision) {
   Key key;
-  bool has_key = !counting.load(std::memory_order_relaxed) && keyed(a, b, bias, precision, key);
-  std::shared_ptr<const Launches> launches;
+  bool has_key = keyed(a, b, bias, precision, key);
+  std::shared_ptr<Entry> entry;
   if (has_key) {
     std::lock_guard<std::mutex> guard(table_lock);
     auto found = table.find(key);
-    if (found != table.end()) launches = found->second;
+    if (found != table.end()) entry = found->second;
   }
-  if (!launches) return fallback(a, b, bias, precision, has_key ? &key : nullptr);
+  if (!entry) return fallback(a, b, bias, precision, has_key ? &key : nullptr);
+  if (counting_on.load(std::memory_order_relaxed)) entry->calls.fetch_add(1, std::memory_order_relaxed);
   auto c = at::empty({a.size(0), b.size(1)}, a.options());
   c10::DeviceGuard device(a.device());
   auto guard = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
   void* stream = guard->getStream(a.device()).native_handle();
   auto pointer = [](const at::Tensor& t) { return reinterpret_cast<uint64_t>(t.data_ptr()); };
   uint64_t bias_pointer = bias ? pointer(*bias) : 0;
-  for (const Part& part : *launches) launch(part, pointer(a), pointer(b), pointer(c), bias_pointer, stream);
+  for (const Part& part : entry->launches) launch(part, pointer(a), pointer(b), pointer(c), bias_pointer, stream);
   return c;
 }
 
@@ -220,7 +239,18 @@ at::Tensor matmul(const at::Tensor& a, const at::Tensor& b, const c10::optional<
 
 void set_fallback(py::object fallback) { *python_fallback = std::move(fallback); }
 
-void set_counting(bool on) { counting.store(on); }
+void counting(bool on) { counting_on.store(on); }
+
+// (plan, calls) of every entry called since the last time, its count back to 0.
+py::list counted() {
+  py::list found;
+  std::lock_guard<std::mutex> guard(table_lock);
+  for (auto& item : table) {
+    int64_t calls = item.second->calls.exchange(0);
+    if (calls != 0) found.append(py::make_tuple(item.second->plan, calls));
+  }
+  return found;
+}
 
 void clear() {
   std::lock_guard<std::mutex> guard(table_lock);
@@ -237,7 +267,8 @@ size_t size() {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("matmul", &matmul, "a @ b (+ bias) through mmtune's kernels, differentiable; precision indexes PRECISIONS");
   m.def("set_fallback", &set_fallback, "the Python call path for products the table lacks");
-  m.def("set_counting", &set_counting, "while on, every product goes through the Python call path");
+  m.def("counting", &counting, "whether each entry counts its calls (autotune.call.recording.Counter)");
+  m.def("counted", &counted, "(plan, calls) of the entries called since the last time");
   m.def("clear", &clear, "forget every plan");
   m.def("size", &size, "how many plans the table holds");
   m.attr("PRECISIONS") = py::make_tuple(PRECISIONS[0], PRECISIONS[1], PRECISIONS[2]);

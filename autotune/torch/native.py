@@ -39,7 +39,8 @@ def wanted() -> bool:
 
 def start(fallback: Callable) -> None:
     """Load (building first if need be) in a background thread, once per process. `fallback(a,
-    b, bias, precision)` -> (C, its launches or None) computes a product the C++ table lacks."""
+    b, bias, precision)` -> (C, its launches or None, their plan) computes a product the C++
+    table lacks."""
     if _started.is_set() or not wanted():
         return
     with _lock:
@@ -98,8 +99,8 @@ def _load(fallback: Callable) -> None:
                                 extra_cflags=["-O2"], verbose=False)
     module.set_fallback(fallback)
     MEMOS.on_clear(module.clear)
-    recording.listeners.append(module.set_counting)
-    module.set_counting(recording.counts is not None)
+    recording.counters.append(module)  # a recording.Counter
+    module.counting(recording.counts is not None)
     extension = module
 
 

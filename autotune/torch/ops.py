@@ -100,12 +100,12 @@ def load_native():
 
 
 def _native_fallback(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, precision: str):
-    """(C, its launches or None) for a product the C++ table lacks: computed here, its launches
-    (autotune.call.front.launches) kept by the table once they are final."""
+    """(C, its launches or None, their plan) for a product the C++ table lacks: computed here, its
+    plan's launches (autotune.call.front.planned) kept by the table once they are final."""
     c = _product(a, b, bias, precision)
-    launches = front.launches(a, b, None if bias is None else bias.contiguous(),
-                              torch.are_deterministic_algorithms_enabled(), precision or _torch_precision(a.dtype))
-    return c, launches
+    call = front.planned(a, b, None if bias is None else bias.contiguous(),
+                         torch.are_deterministic_algorithms_enabled(), precision or _torch_precision(a.dtype))
+    return c, None if call is None else call.plan.launches(), call
 
 
 def _traced(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> bool:
