@@ -92,11 +92,20 @@ def stop(recording: Recording) -> list[Recorded]:
     return recorded.add(recording.path, products)
 
 
+def add_counter(counter: Counter) -> None:
+    """A call path that counts its own calls, counting from now on if a recording runs."""
+    with _lock:
+        counters.append(counter)
+        counter.counting(counts is not None)
+
+
 def _collect() -> None:
-    """Add what the counters counted into `counts` (under _lock, while counting)."""
+    """Add what the counters counted into `counts` (under _lock); with no recording running, what
+    they counted after the last one stopped is dropped."""
     for counter in counters:
         for plan, calls in counter.counted():
-            counts[plan] = counts.get(plan, 0) + calls
+            if counts is not None:
+                counts[plan] = counts.get(plan, 0) + calls
 
 
 @contextmanager

@@ -17,6 +17,7 @@
 
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <dlfcn.h>
 
 #include <array>
@@ -35,10 +36,16 @@ using torch::autograd::variable_list;
 using LaunchKernel = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
                              void**, void**);
 using MemsetD32Async = int (*)(uint64_t, unsigned, size_t, void*);
+using CtxGetCurrent = int (*)(void**);
+using CtxSetCurrent = int (*)(void*);
+using PrimaryCtxRetain = int (*)(void**, int);
 
 struct Driver {
   LaunchKernel launch = nullptr;
   MemsetD32Async memset = nullptr;
+  CtxGetCurrent get_context = nullptr;
+  CtxSetCurrent set_context = nullptr;
+  PrimaryCtxRetain primary_context = nullptr;
 };
 
 const Driver& driver() {
@@ -48,11 +55,53 @@ const Driver& driver() {
     if (library != nullptr) {
       d.launch = reinterpret_cast<LaunchKernel>(dlsym(library, "cuLaunchKernel"));
       d.memset = reinterpret_cast<MemsetD32Async>(dlsym(library, "cuMemsetD32Async"));
+      d.get_context = reinterpret_cast<CtxGetCurrent>(dlsym(library, "cuCtxGetCurrent"));
+      d.set_context = reinterpret_cast<CtxSetCurrent>(dlsym(library, "cuCtxSetCurrent"));
+      d.primary_context = reinterpret_cast<PrimaryCtxRetain>(dlsym(library, "cuDevicePrimaryCtxRetain"));
     }
     return d;
   }();
   return found;
 }
+
+// The device's primary context made current for the launches and the caller's put back, as
+// autotune.backends.launch.GpuContext does: an autograd thread may have none current, and
+// torch's device guard does not make one current where the device is already the current one.
+class ContextGuard {
+ public:
+  explicit ContextGuard(int device) {
+    const Driver& cuda = driver();
+    TORCH_CHECK(cuda.get_context && cuda.set_context && cuda.primary_context,
+                "mmtune: libcuda.so.1 lacks the context calls");
+    static std::mutex lock;
+    static std::unordered_map<int, void*> primaries;
+    void* primary;
+    {
+      std::lock_guard<std::mutex> guard(lock);
+      auto found = primaries.find(device);
+      if (found == primaries.end()) {
+        void* context = nullptr;
+        int err = cuda.primary_context(&context, device);
+        TORCH_CHECK(err == 0, "mmtune: cuDevicePrimaryCtxRetain failed with CUDA error ", err);
+        found = primaries.emplace(device, context).first;
+      }
+      primary = found->second;
+    }
+    cuda.get_context(&previous_);
+    if (previous_ != primary) {
+      int err = cuda.set_context(primary);
+      TORCH_CHECK(err == 0, "mmtune: cuCtxSetCurrent failed with CUDA error ", err);
+      switched_ = true;
+    }
+  }
+  ~ContextGuard() {
+    if (switched_) driver().set_context(previous_);
+  }
+
+ private:
+  void* previous_ = nullptr;
+  bool switched_ = false;
+};
 
 // One kernel launch of a plan: autotune.backends.launch.Plan, at byte offsets into A and C
 // (autotune.backends.launch.RowParts).
@@ -97,11 +146,20 @@ auto& table = *new std::unordered_map<Key, std::shared_ptr<Entry>, KeyHash>();
 // gone by then
 py::object* python_fallback = new py::object();
 std::atomic<bool> counting_on{false};  // autotune.record counts calls
+std::atomic<uint64_t> generation{0};   // bumped by `clear`: a plan planned before it is not kept
+// counts of entries `clear` dropped, until `counted` hands them over (never destroyed, as table)
+auto& orphaned = *new std::vector<std::pair<py::object, int64_t>>();
 const std::array<const char*, 3> PRECISIONS = {"", "ieee", "tf32x3"};
 
 bool keyed(const at::Tensor& a, const at::Tensor& b, const c10::optional<at::Tensor>& bias, int64_t precision,
            Key& key) {
-  if (!a.is_cuda() || a.dim() != 2 || b.dim() != 2 || (bias && !bias->is_contiguous())) return false;
+  if (!a.is_cuda() || a.dim() != 2 || b.dim() != 2) return false;
+  if (bias && (!bias->is_contiguous() || bias->dim() != 1 || bias->size(0) != b.size(1))) return false;
+  // a dispatch mode or a tensor subclass (fake tensors included) must see the op: Python calls it
+  auto python = c10::DispatchKey::Python;
+  if (c10::impl::dispatch_mode_enabled() || a.key_set().has(python) || b.key_set().has(python) ||
+      (bias && bias->key_set().has(python)))
+    return false;
   auto& context = at::globalContext();
   key = {a.size(0),      a.size(1),      b.size(0),      b.size(1),
          a.stride(0),    a.stride(1),    b.stride(0),    b.stride(1),
@@ -142,6 +200,7 @@ void launch(const Part& part, uint64_t a, uint64_t b, uint64_t c, uint64_t bias,
   if (bias != 0 && part.slots.size() > 3) words[part.slots[3]] = bias;
   for (size_t i = 0; i < words.size(); ++i) pointers[i] = &words[i];
   if (part.zero_words != 0) {
+    TORCH_CHECK(cuda.memset != nullptr, "mmtune: libcuda.so.1 has no cuMemsetD32Async");
     int err = cuda.memset(c + part.c_offset, 0, part.zero_words, stream);
     TORCH_CHECK(err == 0, "mmtune: cuMemsetD32Async failed with CUDA error ", err);
   }
@@ -154,13 +213,14 @@ at::Tensor fallback(const at::Tensor& a, const at::Tensor& b, const c10::optiona
                     int64_t precision, const Key* key) {
   py::gil_scoped_acquire gil;
   TORCH_CHECK(*python_fallback, "mmtune: the native path was not given its Python call path");
+  uint64_t planned_in = generation.load();
   py::tuple result = (*python_fallback)(a, b, bias, PRECISIONS.at(precision));
   if (key != nullptr && !result[1].is_none()) {
     auto entry = std::make_shared<Entry>();
     entry->launches = parsed(result[1]);
     entry->plan = result[2];
     std::lock_guard<std::mutex> guard(table_lock);
-    table[*key] = entry;
+    if (generation.load() == planned_in) table.try_emplace(*key, std::move(entry));  // the first stays
   }
   return result[0].cast<at::Tensor>();
 }
@@ -180,6 +240,7 @@ at::Tensor product(const at::Tensor& a, const at::Tensor& b, const c10::optional
   if (counting_on.load(std::memory_order_relaxed)) entry->calls.fetch_add(1, std::memory_order_relaxed);
   auto c = at::empty({a.size(0), b.size(1)}, a.options());
   c10::DeviceGuard device(a.device());
+  ContextGuard context(a.get_device());
   auto guard = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
   void* stream = guard->getStream(a.device()).native_handle();
   auto pointer = [](const at::Tensor& t) { return reinterpret_cast<uint64_t>(t.data_ptr()); };
@@ -245,6 +306,8 @@ void counting(bool on) { counting_on.store(on); }
 py::list counted() {
   py::list found;
   std::lock_guard<std::mutex> guard(table_lock);
+  for (auto& item : orphaned) found.append(py::make_tuple(item.first, item.second));
+  orphaned.clear();
   for (auto& item : table) {
     int64_t calls = item.second->calls.exchange(0);
     if (calls != 0) found.append(py::make_tuple(item.second->plan, calls));
@@ -252,9 +315,19 @@ py::list counted() {
   return found;
 }
 
+// Forget every plan (their calls so far kept for `counted`); the entries are released after the
+// lock, since releasing a plan runs Python.
 void clear() {
-  std::lock_guard<std::mutex> guard(table_lock);
-  table.clear();
+  std::unordered_map<Key, std::shared_ptr<Entry>, KeyHash> dropped;
+  {
+    std::lock_guard<std::mutex> guard(table_lock);
+    generation.fetch_add(1);
+    for (auto& item : table) {
+      int64_t calls = item.second->calls.exchange(0);
+      if (calls != 0) orphaned.emplace_back(item.second->plan, calls);
+    }
+    dropped.swap(table);
+  }
 }
 
 size_t size() {

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import importlib.resources
+import importlib.util
 import os
+import shutil
+import tempfile
 import threading
 import warnings
 from pathlib import Path
@@ -83,25 +86,44 @@ def _load_noting_failure(fallback: Callable) -> None:
 
 
 def _load(fallback: Callable) -> None:
+    """Import the extension built for this source and torch, building it first if it is not. A
+    build runs in a directory of its own and its library is then moved into place, so that a
+    process that exits mid-build leaves no lock behind for the next one to wait on."""
     global extension
     import torch
-    from torch.utils import cpp_extension
 
-    source = importlib.resources.files("autotune.torch") / SOURCE
-    text = source.read_bytes()
+    text = (importlib.resources.files("autotune.torch") / SOURCE).read_bytes()
     digest = hashlib.sha256(text + torch.__version__.encode()).hexdigest()[:16]
-    directory = build_directory() / digest
-    directory.mkdir(parents=True, exist_ok=True)
-    copied = directory / SOURCE  # the source beside its build, wherever the package lies
-    if not copied.exists() or copied.read_bytes() != text:
-        paths.write_atomically(copied, text)
-    module = cpp_extension.load(name=f"mmtune_native_{digest}", sources=[str(copied)], build_directory=str(directory),
-                                extra_cflags=["-O2"], verbose=False)
+    name = f"mmtune_native_{digest}"
+    library = build_directory() / f"{name}.so"
+    module = _imported(name, library) if library.exists() else _built(name, text, library)
     module.set_fallback(fallback)
     MEMOS.on_clear(module.clear)
-    recording.counters.append(module)  # a recording.Counter
-    module.counting(recording.counts is not None)
+    recording.add_counter(module)  # a recording.Counter
     extension = module
+
+
+def _built(name: str, text: bytes, library: Path):
+    from torch.utils import cpp_extension
+
+    library.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=library.parent))
+    try:
+        source = scratch / SOURCE
+        source.write_bytes(text)
+        module = cpp_extension.load(name=name, sources=[str(source)], build_directory=str(scratch),
+                                    extra_cflags=["-O2"], verbose=False)
+        paths.write_atomically(library, Path(module.__file__).read_bytes())
+        return module
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _imported(name: str, library: Path):
+    spec = importlib.util.spec_from_file_location(name, library)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def build_directory() -> Path:

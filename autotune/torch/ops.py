@@ -101,7 +101,10 @@ def load_native():
 
 def _native_fallback(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, precision: str):
     """(C, its launches or None, their plan) for a product the C++ table lacks: computed here, its
-    plan's launches (autotune.call.front.planned) kept by the table once they are final."""
+    plan's launches (autotune.call.front.planned) kept by the table once they are final. A
+    backward that torch traces, or runs under a dispatch mode, calls the op."""
+    if _traced(a, b, bias):
+        return torch.ops.mmtune.matmul(a, b, bias, precision), None, None
     c = _product(a, b, bias, precision)
     call = front.planned(a, b, None if bias is None else bias.contiguous(),
                          torch.are_deterministic_algorithms_enabled(), precision or _torch_precision(a.dtype))
