@@ -1,7 +1,7 @@
 """The eager path in C++ (native.cpp): the autograd node, the plan table and the launch of
 products of CUDA tensors, which in Python cost more host time than a small product's kernel.
 
-It is built once per machine and torch version with torch.utils.cpp_extension (a C++ compiler
+It is built once per machine, torch version and Python ABI with torch.utils.cpp_extension (a C++ compiler
 and ninja), into the user cache, and loaded in a background thread when autotune.torch first
 serves a CUDA tensor, so no call waits for the compiler: until it is ready, and wherever it
 cannot be built (a one-time note says why), products take the Python path, which also computes
@@ -16,6 +16,7 @@ import importlib.resources
 import importlib.util
 import os
 import shutil
+import sysconfig
 import tempfile
 import threading
 import warnings
@@ -93,7 +94,8 @@ def _load(fallback: Callable) -> None:
     import torch
 
     text = (importlib.resources.files("autotune.torch") / SOURCE).read_bytes()
-    digest = hashlib.sha256(text + torch.__version__.encode()).hexdigest()[:16]
+    built_for = f"{torch.__version__} {sysconfig.get_config_var('EXT_SUFFIX')}"  # torch's and Python's ABI
+    digest = hashlib.sha256(text + built_for.encode()).hexdigest()[:16]
     name = f"mmtune_native_{digest}"
     library = build_directory() / f"{name}.so"
     module = _imported(name, library) if library.exists() else _built(name, text, library)
