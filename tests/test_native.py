@@ -234,14 +234,7 @@ def test_training_through_the_native_node_follows_nn_linear(on):
 
 @pytest.mark.skipif(not ON_GPU, reason="CUDA graphs")
 def test_cuda_graph_captures_native_launches(on):
-    layer = mt.Linear(32, 16, device=DEVICE)
-    x = torch.randn(8, 32, device=DEVICE)
-    with torch.no_grad():
-        layer(x), layer(x)  # planned, then kept by the table
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = layer(x)
-        x.copy_(torch.randn_like(x))
-        graph.replay()
-        torch.cuda.synchronize()
-        _close(out, functional.linear(x, layer.weight, layer.bias), 1e-5)
+    import test_torch  # its capture test, here with the C++ path on
+
+    test_torch.test_cuda_graph_captures_the_forward_pass()
+    assert on.size() >= 2  # the plans built before the capture, launched from the table

@@ -41,6 +41,11 @@ def wanted() -> bool:
     return os.environ.get(ENV, "1") not in ("", "0")
 
 
+def finished() -> bool:
+    """Whether a load ran its course (`extension` then says how it ended): no call need ask again."""
+    return _done.is_set()
+
+
 def start(fallback: Callable) -> None:
     """Load (building first if need be) in a background thread, once per process. `fallback(a,
     b, bias, precision)` -> (C, its launches or None, their plan) computes a product the C++
