@@ -295,6 +295,9 @@ SHIPPED = {
                  "trials each (`mmtune tune --recorded`)"},
         {"step": "relabel", "commit": "step 51 (issue 39)", "hashes": STEP51_DOCSTRING,
          "what": "step 51: dmma's docstring, after the tuning: the same code"},
+        {"step": "promote", "commit": "step 52 (issue 39)", "file": "h200/step52/layouts/tuned.json.xz",
+         "what": "step 52: tf32x3 in NT and TN tuned on an H200 at the wide suite's mid and large shapes that had "
+                 "no row in that layout (`mmtune tune --recorded --family wgmma --trials 12`), 17 rows"},
     ],
     "records/nvidia-h100-80gb-hbm3.json": [
         {"step": "promote", "commit": "step 39 (issue 39)", "file": "h100/step39/tune/tuned.json.xz",
@@ -355,6 +358,12 @@ SHIPPED = {
                  "(`mmtune tune --recorded`)"},
         {"step": "relabel", "commit": "step 51 (issue 39)", "hashes": STEP51_DOCSTRING,
          "what": "step 51: dmma's docstring, after the tuning: the same code"},
+        {"step": "promote", "commit": "step 52 (issue 39)", "file": "h100/step52/layouts/tuned.json.xz",
+         "what": "step 52: tf32x3 in NT and TN tuned on an H100 at the wide suite's mid and large shapes that had "
+                 "no row in that layout (`mmtune tune --recorded --family wgmma --trials 12`), 19 rows"},
+        {"step": "promote", "commit": "step 52 (issue 39)", "file": "h100/step52/gemv/variant-rows.json.xz",
+         "what": "step 52: the two gemv records (x @ W.T at M = 2 and 4) timed next to the best config of a sweep "
+                 "(32 columns, 512 threads, unroll 4, K split 2); M = 4 faster"},
     ],
 }
 
@@ -875,6 +884,7 @@ def time_job(device, gpu, root: Path, failed: dict, j: dict, ops) -> None:
     import torch
 
     from autotune.call import front
+    from autotune.errors import LaunchError
     from autotune.store import cubins
 
     j["error"] = failed.get(build_key(j))
@@ -882,8 +892,12 @@ def time_job(device, gpu, root: Path, failed: dict, j: dict, ops) -> None:
         return
     entry = cubins.read(cubins.key_parts(store_key(build_key(j)), root), root)
     m, n, k = j["shape"]
-    plan = front.entry_plan(gpu, entry, (m, n, k), j["dtype"], j.get("layout", "NN"))
     j["registers"] = entry.header.get("registers")
+    try:
+        plan = front.entry_plan(gpu, entry, (m, n, k), j["dtype"], j.get("layout", "NN"))
+    except LaunchError as error:  # a build this GPU cannot load or launch (its shared memory): the job's verdict
+        j["error"] = str(error)
+        return
     seconds, j["error"], j["relative_error"] = timed(
         device, lambda: plan.launch(ops.A.data_ptr(), ops.B.data_ptr(), ops.C.data_ptr(),
                                     torch.cuda.current_stream().cuda_stream), ops)
