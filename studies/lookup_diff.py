@@ -1,0 +1,82 @@
+"""What `lookup` serves a GPU model at shapes nobody tuned, from the shipped data alone, and which
+of those choices a change of the shipped records or tables moves. No GPU: the device is named.
+
+    python studies/lookup_diff.py --gpu "NVIDIA H100 80GB HBM3" --dtype float64 --out before.json
+    (change the shipped data: a step in studies/table.py's SHIPPED, then its rebuild)
+    python studies/lookup_diff.py --gpu "NVIDIA H100 80GB HBM3" --dtype float64 --out after.json --against before.json
+
+A promoted row also teaches the cost model its tile, which then prices it at every shape the
+records do not serve (docs/performance.md, step 52): this lists where that changes the pick.
+The user's cache is not read (MMTUNE_CACHE points at an empty file of a temporary directory).
+Exits 1 where a choice moved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+#: cubes across the mid and large sizes, and products of a few hundred rows on wide weights
+PROBES = [(s, s, s) for s in (1100, 1500, 1536, 1900, 2304, 2500, 3000, 3001, 5000, 6000, 12288)] + [
+    (4000, 4000, 1000), (1000, 4000, 4000), (1024, 8192, 1024), (512, 8192, 8192), (300, 8192, 8192)]
+
+
+def shape(text: str) -> tuple[int, int, int]:
+    m, n, k = (int(x) for x in text.lower().split("x"))
+    return m, n, k
+
+
+def choices(gpu: str, cc: str, sm_count: int, dtype: str, layout: str, precision: str | None,
+            shapes: list[tuple[int, int, int]]) -> dict[str, str]:
+    """Each shape's choice: where it came from, the family and its config."""
+    from autotune.backends import Device
+    from autotune.select.lookup import lookup
+
+    device = Device(name=gpu, cc=cc, sm_count=sm_count)
+    found = {}
+    for m, n, k in shapes:
+        choice = lookup(m, n, k, dtype, device=device, layout=layout, precision=precision)
+        found[f"{m}x{n}x{k}"] = f"{choice.source} {choice.family} {json.dumps(choice.config, sort_keys=True)}"
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gpu", required=True, help="a GPU model as the records name it")
+    parser.add_argument("--cc", default="9.0")
+    parser.add_argument("--sm-count", type=int, default=132)
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--layout", default="NN")
+    parser.add_argument("--precision")
+    parser.add_argument("--seed", type=int, help="also autotune.bench.peers.seeded_shapes(seed)")
+    parser.add_argument("--shapes", type=shape, nargs="*", default=PROBES)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--against", type=Path, help="an earlier --out to compare with")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as empty:
+        os.environ["MMTUNE_CACHE"] = str(Path(empty) / "cache.db")
+        shapes = list(args.shapes)
+        if args.seed is not None:
+            from autotune.bench.peers import seeded_shapes
+
+            shapes += [tuple(s) for s in seeded_shapes(args.seed)]
+        found = choices(args.gpu, args.cc, args.sm_count, args.dtype, args.layout, args.precision, shapes)
+    args.out.write_text(json.dumps(found, indent=0))
+    if args.against is None:
+        for name, choice in found.items():
+            print(f"{name:>18} {choice}")
+        return 0
+    before = json.loads(args.against.read_text())
+    moved = [name for name in found if before.get(name) != found[name]]
+    for name in moved:
+        print(f"{name:>18} {before.get(name)}\n{'':>18} -> {found[name]}")
+    print(f"{len(moved)} of {len(found)} choices moved")
+    return 1 if moved else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
