@@ -7,6 +7,18 @@ of those choices a change of the shipped records or tables moves. No GPU: the de
 
 A promoted row also teaches the cost model its tile, which then prices it at every shape the
 records do not serve (docs/performance.md, step 52): this lists where that changes the pick.
+`--lone-share` prices with another autotune.select.model.LONE_SHARE. `--jobs` writes a
+`studies/table.py jobs` file that times, at each shape, every distinct choice of this run and of
+the earlier runs named by `--variant NAME=FILE` (a job's "source" names the runs that chose it),
+so that one GPU process compares them, and `--timed` summarizes what that process measured
+(docs/performance.md, step 53):
+
+    python studies/lookup_diff.py --gpu "NVIDIA H200" --dtype float64 --seed 7 --lone-share 1 --out one.json
+    python studies/lookup_diff.py --gpu "NVIDIA H200" --dtype float64 --seed 7 --out now.json \
+        --variant step52=before.json --variant lone1=one.json --jobs jobs.json
+    python studies/table.py jobs jobs.json --out timed.json    (on the GPU)
+    python studies/lookup_diff.py --timed timed.json
+
 The user's cache is not read (MMTUNE_CACHE points at an empty file of a temporary directory).
 Exits 1 where a choice moved.
 """
@@ -15,7 +27,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -44,9 +58,44 @@ def choices(gpu: str, cc: str, sm_count: int, dtype: str, layout: str, precision
     return found
 
 
+def variant(text: str) -> tuple[str, Path]:
+    name, path = text.split("=", 1)
+    return name, Path(path)
+
+
+def jobs(runs: dict[str, dict[str, str]], dtype: str, layout: str) -> list[dict]:
+    """studies/table.py jobs: at each shape, each distinct choice among `runs` (name -> choices)."""
+    found = []
+    for name in next(iter(runs.values())):
+        chosen: dict[tuple[str, str], list[str]] = {}
+        for run, choices in runs.items():
+            _, family, config = choices[name].split(" ", 2)
+            chosen.setdefault((family, config), []).append(run)
+        for (family, config), by in chosen.items():
+            found.append({"family": family, "params": json.loads(config), "dtype": dtype, "layout": layout,
+                          "shape": list(shape(name)), "source": ",".join(by)})
+    return found
+
+
+def timed(path: Path) -> list[str]:
+    """Lines: each run's geometric mean of kernel GFLOPS / cuBLAS's, by category and in all, from
+    a studies/table.py jobs result of `--jobs`."""
+    from autotune.bench.peers import category
+
+    logs: dict[str, dict[str, list[float]]] = {}
+    for result in json.loads(path.read_text())["shapes"]:
+        for job in result["jobs"]:
+            ratio = (job.get("gflops") or 0) / result["cublas_gflops"]
+            for run in job["source"].split(","):
+                for group in (category(*result["shape"]) or "other", "all"):
+                    logs.setdefault(run, {}).setdefault(group, []).append(math.log(max(ratio, 1e-3)))
+    return [f"{run:>12} " + "  ".join(f"{group} {math.exp(statistics.fmean(v)):.3f} ({len(v)})"
+                                       for group, v in groups.items()) for run, groups in logs.items()]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--gpu", required=True, help="a GPU model as the records name it")
+    parser.add_argument("--gpu", help="a GPU model as the records name it")
     parser.add_argument("--cc", default="9.0")
     parser.add_argument("--sm-count", type=int, default=132)
     parser.add_argument("--dtype", default="float32")
@@ -54,9 +103,22 @@ def main() -> int:
     parser.add_argument("--precision")
     parser.add_argument("--seed", type=int, help="also autotune.bench.peers.seeded_shapes(seed)")
     parser.add_argument("--shapes", type=shape, nargs="*", default=PROBES)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path)
     parser.add_argument("--against", type=Path, help="an earlier --out to compare with")
+    parser.add_argument("--lone-share", type=float, help="price with this autotune.select.model.LONE_SHARE")
+    parser.add_argument("--variant", type=variant, action="append", default=[], help="NAME=an earlier --out")
+    parser.add_argument("--jobs", type=Path, help="write studies/table.py jobs for this run and the --variant runs")
+    parser.add_argument("--timed", type=Path, help="only summarize a studies/table.py jobs result of --jobs")
     args = parser.parse_args()
+    if args.timed:
+        print("\n".join(timed(args.timed)))
+        return 0
+    if not (args.gpu and args.out):
+        parser.error("--gpu and --out are needed, unless --timed")
+    if args.lone_share is not None:
+        from autotune.select import model
+
+        model.LONE_SHARE = args.lone_share
     with tempfile.TemporaryDirectory() as empty:
         os.environ["MMTUNE_CACHE"] = str(Path(empty) / "cache.db")
         shapes = list(args.shapes)
@@ -66,6 +128,9 @@ def main() -> int:
             shapes += [tuple(s) for s in seeded_shapes(args.seed)]
         found = choices(args.gpu, args.cc, args.sm_count, args.dtype, args.layout, args.precision, shapes)
     args.out.write_text(json.dumps(found, indent=0))
+    if args.jobs:
+        runs = {"this": found, **{name: json.loads(path.read_text()) for name, path in args.variant}}
+        args.jobs.write_text(json.dumps(jobs(runs, args.dtype, args.layout)))
     if args.against is None:
         for name, choice in found.items():
             print(f"{name:>18} {choice}")

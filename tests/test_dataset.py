@@ -4,6 +4,7 @@ only the package; nothing imports them), and the shipped data (autotune/data) re
 command, byte for byte."""
 
 import ast
+import json
 import lzma
 import os
 import subprocess
@@ -96,3 +97,34 @@ def test_the_shipped_data_rebuilds_from_the_studies_byte_for_byte(tmp_path):
     assert built == shipped, "studies/table.py SHIPPED does not make every shipped file"
     differ = [str(name) for name in shipped if contents(tmp_path / name) != contents(DATA / name)]
     assert not differ, f"rebuilt from studies/ but not as shipped: {differ} (add a step to studies/table.py SHIPPED)"
+
+
+def test_lookup_diff_times_each_runs_choices_in_one_set_of_jobs(tmp_path):
+    """studies/lookup_diff.py (no GPU): two pricings of the shipped float64 records, the jobs that
+    time each shape's distinct choices once, and the summary by run of a result of those jobs."""
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
+    def run(*args):
+        done = subprocess.run([sys.executable, "studies/lookup_diff.py", *map(str, args)], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode in (0, 1), done.stdout + done.stderr
+        return done.stdout
+
+    common = ("--gpu", "NVIDIA H100 80GB HBM3", "--dtype", "float64", "--shapes", "21x3388x97", "1100x1100x1100")
+    run(*common, "--lone-share", "1", "--out", tmp_path / "lone1.json")
+    run(*common, "--out", tmp_path / "now.json", "--variant", f"lone1={tmp_path / 'lone1.json'}",
+        "--jobs", tmp_path / "jobs.json")
+    jobs = json.loads((tmp_path / "jobs.json").read_text())
+    by_shape = {}
+    for job in jobs:
+        by_shape.setdefault(tuple(job["shape"]), []).append(set(job["source"].split(",")))
+    assert set(by_shape) == {(21, 3388, 97), (1100, 1100, 1100)}
+    for runs in by_shape.values():  # every run chose once at every shape
+        assert sorted(r for chose in runs for r in chose) == ["lone1", "this"]
+    result = {"shapes": [{"shape": list(shape), "cublas_gflops": 100.0,
+                          "jobs": [{**job, "gflops": 50.0 if "this" in job["source"] else 25.0}
+                                   for job in jobs if tuple(job["shape"]) == shape]} for shape in by_shape]}
+    (tmp_path / "timed.json").write_text(json.dumps(result))
+    summary = run("--timed", tmp_path / "timed.json")
+    assert "this" in summary and "all 0.500 (2)" in summary

@@ -18,15 +18,13 @@ PIPELINE = {"pad": 4, "stages": 2, "unroll": True, "fragments": 1, "wide_fetch":
             "min_blocks": 1}
 BIG = {**PIPELINE, "bm": 128, "bn": 128, "bk": 16, "tm": 8, "tn": 8}
 THIN = {**PIPELINE, "bm": 16, "bn": 128, "bk": 32, "tm": 4, "tn": 8}
-TAU = {"big": 0.004, "thin": 0.002}  # ms per k-step of one block alone on an SM: thin tiles cost twice per flop
-
-
-def timed(params, shape, tau, family="vector"):
+TAU = {"big": 0.004, "thin": 0.002}  # ms per k-step of a block on a full SM: thin tiles cost twice per flop
+def timed(params, shape, tau, family="vector", dtype="float32", lone_share=model.LONE_SHARE):
     """A row whose median_ms is what the model's form gives for `tau` (overhead 4 steps)."""
     m, n, k = shape
-    g = model.geometry(family, params, "float32", "9.0")
-    ms = g.waves(m, n, 132) * (g.steps(k) + 4) * tau * g.sharing(m, n, 132) + model.split_ms(m, n, g.splits, "float32")
-    return Row(device=H200.name, cc="9.0", sm_count=132, dtype="float32", m=m, n=n, k=k, family=family,
+    g = model.geometry(family, params, dtype, "9.0")
+    ms = (g.steps(k) + 4) * tau * g.step_units(m, n, 132, lone_share) + model.split_ms(m, n, g.splits, dtype)
+    return Row(device=H200.name, cc="9.0", sm_count=132, dtype=dtype, m=m, n=n, k=k, family=family,
                 params=dict(params), median_ms=ms, gflops=2 * m * n * k / ms / 1e6,
                 source_hash=kernels.source_hash(family))
 
@@ -43,11 +41,41 @@ def test_the_fit_recovers_the_overhead_the_rows_were_made_with():
     assert model.model_for(ROWS, 132, "9.0").overhead == 4
 
 
+def test_a_wave_that_leaves_sms_less_than_full_steps_faster_per_block():
+    """THIN's resident 5 blocks fill 6 waves at 1024x8192 and leave a seventh of 2 an SM; its 64
+    blocks at 16x8192 run one an SM, each step no cheaper than LONE_SHARE of a full SM's."""
+    g = model.geometry("vector", THIN, "float32", "9.0")
+    assert g.resident == 5
+    assert g.step_units(1024, 8192, 132, 0.25) == 6 * 5 + 2 and g.step_units(1024, 8192, 132, 1) == 7 * 5
+    assert g.step_units(16, 8192, 132, 0.25) == 1.25 and g.step_units(16, 8192, 132, 0) == 1
+
+
+DMMA = {"mma": "m16n8k8", "stored": "mn", "stages": 4, "min_blocks": 1, "splits": 1}
+DMMA_BIG = {**DMMA, "bm": 128, "bn": 128, "bk": 16, "warps_m": 2, "warps_n": 4}  # one block an SM
+DMMA_MID = {**DMMA, "bm": 64, "bn": 128, "bk": 8, "warps_m": 1, "warps_n": 4}  # two blocks an SM
+
+
+def test_blocks_running_alone_are_not_priced_as_blocks_sharing_their_sm():
+    """Step 52's float64 rows: the big tile runs a tenth faster per flop on full SMs, but at
+    1000^3 its 64 blocks leave half the SMs idle, where the mid tile's 128 run one an SM, each
+    step LONE_SHARE of a full SM's. Priced as if each shared its SM (the rule before step 53),
+    the mid tile lost there."""
+    rows = [timed(DMMA_BIG, (s, s, s), 1.13e-3, "dmma", "float64") for s in (4096, 8192)] + [
+        timed(DMMA_MID, (s, s, s), 0.345e-3, "dmma", "float64") for s in (1792, 4096, 8192)]
+    fitted = model.Model(rows, 132, "9.0")
+    mid = next(c for c in fitted.candidates("float64", deterministic=True) if c.config.params == DMMA_MID)
+    assert fitted.overhead == 4 and mid.tau == pytest.approx(0.345e-3)
+    assert fitted.cost(mid, "float64", (1000, 1000, 1000)) == pytest.approx((125 + 4) * 0.345e-3 * model.LONE_SHARE * 2)
+    assert fitted.predict((1000, 1000, 1000), "float64", deterministic=True).config == DMMA_MID
+    assert fitted.predict((8192, 8192, 8192), "float64", deterministic=True).config == DMMA_BIG
+
+
 def test_a_skinny_untuned_shape_gets_the_thin_tile_with_k_split_into_waves():
     found = model.predict((16, 4096, 16384), "float32", H200, ROWS)
     assert found.family == "splitk" and (found.config["bm"], found.config["bn"]) == (16, 128)
     blocks = 4096 // 128 * found.config["splits"]
-    assert 0.9 * 132 <= blocks <= 132  # every SM busy in one wave; unsplit, 32 blocks for 132 SMs
+    resident = model.geometry("splitk", found.config, "float32", "9.0").resident
+    assert 0.9 * 132 <= blocks <= 132 * resident  # every SM busy in one wave; unsplit, 32 blocks for 132 SMs
     assert "16x8192x1024" in found.basis or "32x4096x2048" in found.basis
 
 
@@ -59,7 +87,7 @@ def test_a_large_untuned_shape_keeps_the_big_tile_unsplit():
 def test_a_tiny_product_is_not_split_where_zeroing_c_costs_more_than_the_steps_saved():
     """Split-K zeroes C in a launch of its own (SPLIT_LAUNCH_MS): for a product of a few short
     k-steps that costs more than the steps a split saves, though the split makes more blocks."""
-    fast = [timed(THIN, (16, 8192, 1024), 1e-4), timed(THIN, (32, 4096, 2048), 1e-4)]
+    fast = [timed(THIN, (16, 8192, 1024), 5e-5), timed(THIN, (32, 4096, 2048), 5e-5)]
     found = model.predict((16, 128, 128), "float32", H200, fast)
     assert (found.family, found.config) == ("vector", THIN)
     assert model.predict((16, 4096, 16384), "float32", H200, fast).family == "splitk"  # long K still splits

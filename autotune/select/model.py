@@ -1,16 +1,15 @@
 """Configs for shapes nobody tuned: a cost model fitted on the tuned rows of this architecture.
 
 A tuned row says how long its config took at its shape. The model reads that time as waves of
-blocks, each block running its k-steps plus a fixed overhead of steps (prologue, epilogue), every
-step costing `tau`: the tile's own price per step (its size, pipeline and registers, as
-measured) with as many blocks sharing each SM as the row's shape put there. At another shape the
-same tile runs other waves of other lengths; where more of its blocks share an SM than at the
-row's shape, each step takes proportionally longer (they share the SM's arithmetic), where fewer,
-no less (latency, not arithmetic, bounds a lone block). A vector tile may
-also split K (the splitk family with the same tile): more blocks, fewer steps each, for the price
-of zeroing C and adding every split's partial product into it. `predict` prices every candidate
-and takes the cheapest; `similar_load` says whether a nearby tuned shape loads the GPU alike, so
-that its config may serve as it is; `leave_one_out` measures the model on the rows themselves.
+blocks, each block running its k-steps plus a fixed overhead of steps (prologue, epilogue). A
+step costs `tau` (the tile's own price, as measured) for each block sharing its SM, but a block
+with fewer beside it than the SM holds is bound by its latency: its step takes no less than a
+share (LONE_SHARE) of a full SM's. So a shape's last wave, where it leaves SMs less than
+full, runs faster per block than its full waves. A vector tile may also split K (the splitk
+family with the same tile): more blocks, fewer steps each, for the price of zeroing C and adding
+every split's partial product into it. `predict` prices every candidate and takes the cheapest;
+`similar_load` says whether a nearby tuned shape loads the GPU alike, so that its config may
+serve as it is; `leave_one_out` measures the model on the rows themselves.
 """
 
 from __future__ import annotations
@@ -30,6 +29,11 @@ SPLITS = (1, 2, 4, 8, 16, 32)
 #: fixed steps per block tried when fitting; the one that best predicts rows from each other wins
 OVERHEADS = (0, 2, 4, 8, 16)
 DEFAULT_OVERHEAD = 4
+#: a step of a block with fewer beside it than its SM holds, as a share of its step on a full
+#: SM: 1 would be latency alone (never faster), 0 arithmetic alone (faster in proportion to the
+#: blocks missing). Measured at shapes nobody tuned, not fitted: the rows' own times cannot tell
+#: (docs/performance.md, step 53)
+LONE_SHARE = 0.75
 #: bytes per second at which split-K zeroes C and adds the partial products into it
 SPLIT_BYTES_PER_S = 1.5e12
 #: zeroing C is a launch of its own before the kernel: a fixed cost besides the bytes, which
@@ -62,9 +66,14 @@ class Geometry:
     def steps(self, k: int) -> int:
         return max(1, -(-k // (self.splits * self.bk)))
 
-    def sharing(self, m: int, n: int, sm_count: int) -> int:
-        """Blocks that run on one SM at once."""
-        return min(self.resident, -(-self.blocks(m, n) // sm_count))
+    def step_units(self, m: int, n: int, sm_count: int, lone_share: float) -> float:
+        """A k-step of every wave, in `tau`s: blocks sharing an SM cost a tau each, a wave that
+        leaves SMs less than full no less than `lone_share` of a full SM's."""
+        full, rest = divmod(self.blocks(m, n), sm_count * self.resident)
+        units = full * self.resident
+        if rest:
+            units += max(-(-rest // sm_count), lone_share * self.resident)
+        return units
 
     def efficiency(self, m: int, n: int, sm_count: int) -> float:
         """The share of the SMs' block slots its waves fill."""
@@ -121,7 +130,7 @@ def tile_key(family: str, params: dict) -> tuple:
 @dataclass(frozen=True)
 class Priced:
     """A config the model may pick: a tuned tile (whole, or with K split), its step cost and the
-    fastest row of its tile, which the cost's sharing comes from."""
+    row of its tile that cost comes from."""
 
     config: Config
     tau: float
@@ -141,8 +150,7 @@ class Model:
     def _tau(self, row: Row, overhead: int) -> float:
         g = geometry(row.family, row.params, row.dtype, self.cc)
         work = max(row.median_ms - split_ms(row.m, row.n, g.splits, row.dtype), 1e-6)
-        return work / (g.waves(row.m, row.n, self.sm_count) * (g.steps(row.k) + overhead)
-                       * g.sharing(row.m, row.n, self.sm_count))
+        return work / ((g.steps(row.k) + overhead) * g.step_units(row.m, row.n, self.sm_count, LONE_SHARE))
 
     def _taus(self, overhead: int) -> dict[tuple, list[tuple[float, Row]]]:
         """Each tile's per-step costs, one from each of its rows."""
@@ -167,13 +175,12 @@ class Model:
         return best
 
     def cost(self, candidate: Priced, dtype: str, shape: tuple[int, int, int], overhead: int | None = None) -> float:
-        """Predicted ms of `candidate` at `shape`: its step cost, shared by as many blocks per SM as
-        there or as at its row's shape, whichever is more."""
+        """Predicted ms of `candidate` at `shape`: its k-steps in every wave (Geometry.step_units)."""
         m, n, k = shape
         g = geometry(candidate.config.family, candidate.config.params, dtype, self.cc)
         overhead = self.overhead if overhead is None else overhead
-        step = candidate.tau * max(g.sharing(m, n, self.sm_count), self._sharing(candidate.row))
-        return g.waves(m, n, self.sm_count) * (g.steps(k) + overhead) * step + split_ms(m, n, g.splits, dtype)
+        units = g.step_units(m, n, self.sm_count, LONE_SHARE)
+        return (g.steps(k) + overhead) * candidate.tau * units + split_ms(m, n, g.splits, dtype)
 
     def candidates(self, dtype: str, deterministic: bool):
         """Each tuned tile, those whose schedules split K (Family.schedules: vector tiles, the
@@ -192,9 +199,6 @@ class Model:
                     continue
                 if infeasibility(family, params, dtype, limits) is None:
                     yield Priced(Config.of(family, params), tau, row)
-
-    def _sharing(self, row: Row) -> int:
-        return geometry(row.family, row.params, row.dtype, self.cc).sharing(row.m, row.n, self.sm_count)
 
     def predict(self, shape: tuple[int, int, int], dtype: str, deterministic: bool = False) -> Prediction | None:
         priced = [(self.cost(c, dtype, shape), c) for c in self.candidates(dtype, deterministic)]
