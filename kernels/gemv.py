@@ -67,32 +67,33 @@ def footprint(config: dict, dtype: str) -> Footprint:
 MAX_ROWS = 16
 
 
-#: float32 products of at most FEW_ROWS rows stream B once through this family (the rule of
-#: autotune.space.guesses.few_rows_guess; studies/step34_gemv.py at 9c578e9), its tile by how B lies
-#: (layout[1]: "N", its rows in memory; "T", its columns), K split into the most shares (a power of
-#: 2) that keep FEW_ROWS_SPLIT_K[layout[1]] k's each within FEW_ROWS_WAVES blocks per SM
+#: float32 and float64 products of at most FEW_ROWS rows stream B once through this family (the
+#: rule of autotune.space.guesses.few_rows_guess; studies/step34_gemv.py at 9c578e9, float64 in
+#: step 53), its tile by how B lies (layout[1]: "N", its rows in memory; "T", its columns), K
+#: split into the most shares (a power of 2) that keep FEW_ROWS_SPLIT_K[dtype][layout[1]] k's
+#: each within FEW_ROWS_WAVES blocks per SM
 FEW_ROWS = 4
 
 
 FEW_ROWS_TILES = {"N": {"cols": 64, "threads": 256, "unroll": 4}, "T": {"cols": 16, "threads": 256, "unroll": 4}}
 
 
-FEW_ROWS_SPLIT_K = {"N": 128, "T": 1024}
+FEW_ROWS_SPLIT_K = {"float32": {"N": 128, "T": 1024}, "float64": {"N": 64, "T": 256}}
 
 
 FEW_ROWS_WAVES = 8
 
 
 def few_rows_config(product: Product, sm_count: int, deterministic: bool) -> dict | None:
-    """The rule's params for a float32 product of at most FEW_ROWS rows (K not split where
-    `deterministic`); None for others."""
-    if product.m > FEW_ROWS or product.dtype != "float32":
+    """The rule's params for a float32 or float64 product of at most FEW_ROWS rows (K not split
+    where `deterministic`); None for others."""
+    if product.m > FEW_ROWS or product.dtype not in FEW_ROWS_SPLIT_K:
         return None
-    b = product.layout[1]
+    b, split_k = product.layout[1], FEW_ROWS_SPLIT_K[product.dtype][product.layout[1]]
     tile = {**FEW_ROWS_TILES[b], "rows": 1 << (product.m - 1).bit_length()}
     tiles = -(-product.n // tile["cols"])
     splits = 1
-    while (not deterministic and splits < max(SPACE["splits"]) and product.k >= 2 * splits * FEW_ROWS_SPLIT_K[b]
+    while (not deterministic and splits < max(SPACE["splits"]) and product.k >= 2 * splits * split_k
            and tiles * splits * 2 <= FEW_ROWS_WAVES * sm_count):
         splits *= 2
     return {**tile, "splits": splits}

@@ -150,6 +150,8 @@ STEP51_HASHES = {"wgmma": "e199b22cceab5fa3", "dmma": "e852524ecfe9429f", "tf32x
 STEP51_SAME = {family: h for family, h in STEP51_HASHES.items() if family not in ("dmma", "tf32x3")}
 #: dmma's docstring told of its two fragment sets, after the tuning
 STEP51_DOCSTRING = {"dmma": "68e3793d9c50ff61", "tf32x3": "1c5e51ae6c4b3793"}
+#: gemv's few-rows rule took float64 (kernels.gemv.FEW_ROWS_SPLIT_K): the same PTX (studies/ptx_same.py)
+STEP53_GEMV = {"gemv": "795d2611daf6bfd7"}
 
 SHIPPED = {
     "measured/nvidia-h200.json.xz": [
@@ -364,6 +366,9 @@ SHIPPED = {
         {"step": "promote", "commit": "step 52 (issue 39)", "file": "h100/step52/gemv/variant-rows.json.xz",
          "what": "step 52: the two gemv records (x @ W.T at M = 2 and 4) timed next to the best config of a sweep "
                  "(32 columns, 512 threads, unroll 4, K split 2); M = 4 faster"},
+        {"step": "relabel", "commit": "step 53 (issue 39)", "hashes": STEP53_GEMV,
+         "what": "step 53: gemv's few-rows rule for float64 too, the kernels unchanged: the same sm_90 PTX for "
+                 "both gemv records (studies/ptx_same.py)"},
     ],
 }
 

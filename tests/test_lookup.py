@@ -184,3 +184,22 @@ def test_untuned_products_of_a_few_rows_or_a_short_k_are_served_by_rule():
     short = autotune.lookup(2008, 944, 60)
     assert (short.source, short.family, short.config["bm"], short.config["bk"]) == ("small-k", "vector", 64, 16)
     assert autotune.lookup(2008, 944, 65).source != "small-k"
+
+
+def test_float64_products_of_a_few_rows_stream_b_once_with_k_split_by_their_own_rule():
+    """gemv's few-rows rule serves float64 too (step 53), with shorter shares of K per split than
+    float32's (kernels.gemv.FEW_ROWS_SPLIT_K): twice as many along B's rows here, four times along
+    its columns; the product through the call path is float64's."""
+    import numpy as np
+    from numba import cuda
+
+    few = autotune.lookup(1, 4096, 1024, "float64")
+    assert (few.source, few.family, few.config["splits"]) == ("few-rows", "gemv", 16)
+    assert autotune.lookup(1, 4096, 1024, "float64", layout="NT").config["splits"] == 4
+    assert autotune.lookup(1, 4096, 1024, layout="NT").config["splits"] == 1
+    assert autotune.lookup(5, 4096, 1024, "float64").family != "gemv"  # more rows than FEW_ROWS
+    rng = np.random.default_rng(53)
+    A, B = rng.standard_normal((3, 45)), rng.standard_normal((45, 37))
+    assert autotune.lookup(3, 37, 45, "float64").family == "gemv"
+    C = autotune.matmul(cuda.to_device(A), cuda.to_device(B)).copy_to_host()
+    np.testing.assert_allclose(C, A @ B, rtol=1e-12, atol=1e-12)

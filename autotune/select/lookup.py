@@ -4,7 +4,7 @@ Where a config comes from: the rows of the local cache and the records shipped i
 for this dtype, ranked in this order (the first that fits wins):
   1. exact    a row for this (M, N, K)
      few-rows a product of fewer rows than the smallest tile: B streamed once (the gemv family)
-              for a few rows of float32, else the rule's 16-row tile, K split by the rule
+              for a few rows of float32 or float64, else the rule's 16-row tile, K split by the rule
               (autotune.space.guesses.few_rows_guess)
      small-k  a float32 product of a short K (a few k-steps), no skinny side and a C of a few
               tiles an SM: the rule's 64x64 tile (autotune.space.guesses.small_k_guess)

@@ -155,9 +155,9 @@ FEW_ROWS_WAVES, FEW_ROWS_STEPS = 3, 2
 def few_rows_guess(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits, deterministic: bool = False,
                    layout: str = "NN") -> Config | None:
     """The rule's config for a product of M < MIN_FIT_SIDE rows in `layout`: the first family's
-    own (Family.few_rows_config: kernels.gemv's for float32 products of a few rows), else
-    FEW_ROWS_TILE, with K split by the rule (not split where `deterministic`); None for other
-    shapes or where it cannot run."""
+    own (Family.few_rows_config: kernels.gemv's for float32 and float64 products of a few rows),
+    else FEW_ROWS_TILE, with K split by the rule (not split where `deterministic`); None for
+    other shapes or where it cannot run."""
     m, n, k = shape
     limits, sm_count = gpu, gpu.sm_count
     if m >= MIN_FIT_SIDE or not sm_count:

@@ -178,7 +178,8 @@ def nearest_rows(rows: list[Row], shape: tuple[int, int, int], count: int = 1) -
 #: default (step 49), dmma a second tile for a cold tune to try first (step 50), and dmma's
 #: copies and fragments, for every other family (step 51), without changing a kernel, so rows
 #: measured before are as current as rows measured after, as are rows measured before dmma's
-#: docstring told of its fragment sets (step 51). dmma's and tf32x3's rows from before step 51 are
+#: docstring told of its fragment sets (step 51), and gemv's few-rows rule taking float64 (step
+#: 53). dmma's and tf32x3's rows from before step 51 are
 #: stale: their code changed. Step 48
 #: changed one kind of build: wgmma's with two producers for rows that are not 16-byte aligned,
 #: which now move them as whole words; rows timed on those keep their configs, whose speeds they
@@ -211,7 +212,7 @@ SAME_CODE = {
     **dict.fromkeys(("af5a4f573c8c0324", "4309187d0a165526", "466212c4e24018b6",
                      "9c5bb28d8cec5346", "79025522fd3373a6", "f1f15da7ff85553a",
                      "cb9d2a7c451f3b79", "bee80c995fa8a277", "9128497dce6ff119",
-                     "87f6f673163940c2"), "a8f3edd40f01b9b8"),  # gemv
+                     "87f6f673163940c2", "a8f3edd40f01b9b8"), "795d2611daf6bfd7"),  # gemv
     **dict.fromkeys(("c363ca80fa7b1065", "cfa194878a0bd632", "b3bf49dceafe423b",
                      "c80c3d083a86b7ce", "c43413822251788d", "37b5840ad9871f44",
                      "a2f68dde27f49157", "947e1f409052d61d", "1d99f6ede78de43f",
