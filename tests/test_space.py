@@ -362,7 +362,7 @@ def test_products_of_a_few_rows_get_the_16_row_tile_with_k_split_for_three_waves
     assert few_rows_guess((9, 1555, 333), "float32", on(limits, 132)).params["splits"] == 8  # 2 k-steps a split
     assert few_rows_guess((9, 5003, 1031), "float32", on(limits, 132), deterministic=True) == Config.of("vector", FEW_ROWS_TILE)
     assert few_rows_guess((15, 64, 40), "float32", on(limits, 132)) == Config.of("vector", FEW_ROWS_TILE)  # K too short to split
-    assert few_rows_guess((1, 5003, 1031), "float64", on(limits, 132)).family == "splitk"  # gemv's rule is float32's
+    assert few_rows_guess((1, 5003, 1031), "int32", on(limits, 132)).family == "splitk"  # gemv's rule: floats
     assert few_rows_guess((16, 5003, 1031), "float32", on(limits, 132)) is None  # a whole 16-row tile: lookup's other steps
     assert few_rows_guess((9, 5003, 1031), "float32", on(limits, 0)) is None  # SM count unknown
     assert few_rows_guess((9, 5003, 1031), "float32", on(GpuLimits.for_cc("8.0"), 108)) is None  # no 16-byte float32 adds
@@ -384,6 +384,10 @@ def test_products_of_up_to_4_rows_stream_b_once_with_k_split_by_the_rule():
     # adds one element at a time, which every architecture has
     assert few_rows_guess((1, 4096, 1024), "float32", on(GpuLimits.for_cc("8.0"), 108)).family == "gemv"
     assert few_rows_guess((5, 4096, 1024), "float32", on(limits, 132)).family == "splitk"
+    # float64: the same tiles, K split while 64 k's a split remain along B's rows, 256 along its columns
+    assert few_rows_guess((1, 4096, 1024), "float64", on(limits, 132)).params == {**GEMV_TILES["N"], "rows": 1,
+                                                                                  "splits": 16}
+    assert few_rows_guess((1, 4096, 1024), "float64", on(limits, 132), layout="NT").params["splits"] == 4
 
 
 def test_short_k_gets_the_64x64_tile_with_the_k_step_that_pads_k_least():
