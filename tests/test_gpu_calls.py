@@ -256,15 +256,16 @@ def test_transposed_torch_views_run_in_place_and_exactly(layout, shape, rng):
     assert torch.linalg.norm(C.double() - expected) / torch.linalg.norm(expected) <= error_bound("float32", shape[2])
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("layout", ["NN", "NT", "TT"])
 @pytest.mark.parametrize("shape", [(1, 5003, 1031), (3, 4096, 1024), (1, 1000, 4096)])
-def test_products_of_a_few_rows_stream_b_once(layout, shape, rng):
+def test_products_of_a_few_rows_stream_b_once(layout, shape, dtype, rng):
     """The few-rows rule's gemv, its rows or columns of B aligned or not, K split, into NaN."""
-    A, B, tA, tB = views(*shape, layout, rng)
-    out = torch.full(shape[:2], float("nan"), device="cuda:0")
+    A, B, tA, tB = views(*shape, layout, rng, dtype)
+    out = torch.full(shape[:2], float("nan"), dtype=tA.dtype, device="cuda:0")
     front.matmul(tA, tB, out=out)
     assert next(iter(MEMOS.table("call.plans").values())).family == "gemv"
-    assert_exact(out, A, B, "float32")
+    assert_exact(out, A, B, dtype)
 
 
 def sampled_error(C, tA, tB, rows: int = 64) -> float:
