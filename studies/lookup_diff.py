@@ -68,8 +68,8 @@ def jobs(runs: dict[str, dict[str, str]], dtype: str, layout: str) -> list[dict]
     found = []
     for name in next(iter(runs.values())):
         chosen: dict[tuple[str, str], list[str]] = {}
-        for run, choices in runs.items():
-            _, family, config = choices[name].split(" ", 2)
+        for run, picks in runs.items():
+            _, family, config = picks[name].split(" ", 2)
             chosen.setdefault((family, config), []).append(run)
         for (family, config), by in chosen.items():
             found.append({"family": family, "params": json.loads(config), "dtype": dtype, "layout": layout,

@@ -19,11 +19,13 @@ PIPELINE = {"pad": 4, "stages": 2, "unroll": True, "fragments": 1, "wide_fetch":
 BIG = {**PIPELINE, "bm": 128, "bn": 128, "bk": 16, "tm": 8, "tn": 8}
 THIN = {**PIPELINE, "bm": 16, "bn": 128, "bk": 32, "tm": 4, "tn": 8}
 TAU = {"big": 0.004, "thin": 0.002}  # ms per k-step of a block on a full SM: thin tiles cost twice per flop
-def timed(params, shape, tau, family="vector", dtype="float32", lone_share=model.LONE_SHARE):
+
+
+def timed(params, shape, tau, family="vector", dtype="float32"):
     """A row whose median_ms is what the model's form gives for `tau` (overhead 4 steps)."""
     m, n, k = shape
     g = model.geometry(family, params, dtype, "9.0")
-    ms = (g.steps(k) + 4) * tau * g.step_units(m, n, 132, lone_share) + model.split_ms(m, n, g.splits, dtype)
+    ms = (g.steps(k) + 4) * tau * g.step_units(m, n, 132, model.LONE_SHARE) + model.split_ms(m, n, g.splits, dtype)
     return Row(device=H200.name, cc="9.0", sm_count=132, dtype=dtype, m=m, n=n, k=k, family=family,
                 params=dict(params), median_ms=ms, gflops=2 * m * n * k / ms / 1e6,
                 source_hash=kernels.source_hash(family))

@@ -179,8 +179,7 @@ def nearest_rows(rows: list[Row], shape: tuple[int, int, int], count: int = 1) -
 #: copies and fragments, for every other family (step 51), without changing a kernel, so rows
 #: measured before are as current as rows measured after, as are rows measured before dmma's
 #: docstring told of its fragment sets (step 51), and gemv's few-rows rule taking float64 (step
-#: 53). dmma's and tf32x3's rows from before step 51 are
-#: stale: their code changed. Step 48
+#: 53). dmma's and tf32x3's rows from before step 51 are stale: their code changed. Step 48
 #: changed one kind of build: wgmma's with two producers for rows that are not 16-byte aligned,
 #: which now move them as whole words; rows timed on those keep their configs, whose speeds they
 #: understate
