@@ -59,8 +59,31 @@ def choices(gpu: str, cc: str, sm_count: int, dtype: str, layout: str, precision
 
 
 def variant(text: str) -> tuple[str, Path]:
-    name, path = text.split("=", 1)
+    name, _, path = text.partition("=")
+    if not name or not path or name == "this":
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=FILE with a NAME other than 'this'")
     return name, Path(path)
+
+
+def share(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a share from 0 to 1")
+    return value
+
+
+def earlier_runs(variants: list[tuple[str, Path]], names: list[str]) -> dict[str, dict[str, str]]:
+    """The choices of each --variant run; ValueError where one cannot be read or lacks a shape."""
+    runs = {}
+    for name, path in variants:
+        try:
+            runs[name] = json.loads(path.read_text())
+        except (OSError, ValueError) as error:
+            raise ValueError(f"--variant {name}: cannot read {path}: {error}") from None
+        missing = [shape for shape in names if shape not in runs[name]]
+        if missing:
+            raise ValueError(f"--variant {name}: {path} has no choice at {', '.join(missing[:3])}")
+    return runs
 
 
 def jobs(runs: dict[str, dict[str, str]], dtype: str, layout: str) -> list[dict]:
@@ -79,18 +102,24 @@ def jobs(runs: dict[str, dict[str, str]], dtype: str, layout: str) -> list[dict]
 
 def timed(path: Path) -> list[str]:
     """Lines: each run's geometric mean of kernel GFLOPS / cuBLAS's, by category and in all, from
-    a studies/table.py jobs result of `--jobs`."""
+    a studies/table.py jobs result of `--jobs`; a job that failed, or a shape cuBLAS was not
+    timed at, is left out and counted."""
     from autotune.bench.peers import category
 
     logs: dict[str, dict[str, list[float]]] = {}
+    left_out: dict[str, int] = {}
     for result in json.loads(path.read_text())["shapes"]:
         for job in result["jobs"]:
-            ratio = (job.get("gflops") or 0) / result["cublas_gflops"]
             for run in job["source"].split(","):
+                logs.setdefault(run, {})
+                if not (job.get("gflops") and result.get("cublas_gflops")):
+                    left_out[run] = left_out.get(run, 0) + 1
+                    continue
                 for group in (category(*result["shape"]) or "other", "all"):
-                    logs.setdefault(run, {}).setdefault(group, []).append(math.log(max(ratio, 1e-3)))
+                    logs[run].setdefault(group, []).append(math.log(job["gflops"] / result["cublas_gflops"]))
     return [f"{run:>12} " + "  ".join(f"{group} {math.exp(statistics.fmean(v)):.3f} ({len(v)})"
-                                       for group, v in groups.items()) for run, groups in logs.items()]
+                                       for group, v in groups.items())
+            + (f"  left out {left_out[run]}" if run in left_out else "") for run, groups in logs.items()]
 
 
 def main() -> int:
@@ -105,7 +134,7 @@ def main() -> int:
     parser.add_argument("--shapes", type=shape, nargs="*", default=PROBES)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--against", type=Path, help="an earlier --out to compare with")
-    parser.add_argument("--lone-share", type=float, help="price with this autotune.select.model.LONE_SHARE")
+    parser.add_argument("--lone-share", type=share, help="price with this autotune.select.model.LONE_SHARE (0 to 1)")
     parser.add_argument("--variant", type=variant, action="append", default=[], help="NAME=an earlier --out")
     parser.add_argument("--jobs", type=Path, help="write studies/table.py jobs for this run and the --variant runs")
     parser.add_argument("--timed", type=Path, help="only summarize a studies/table.py jobs result of --jobs")
@@ -115,6 +144,8 @@ def main() -> int:
         return 0
     if not (args.gpu and args.out):
         parser.error("--gpu and --out are needed, unless --timed")
+    if args.variant and not args.jobs:
+        parser.error("--variant names runs for --jobs")
     if args.lone_share is not None:
         from autotune.select import model
 
@@ -129,7 +160,10 @@ def main() -> int:
         found = choices(args.gpu, args.cc, args.sm_count, args.dtype, args.layout, args.precision, shapes)
     args.out.write_text(json.dumps(found, indent=0))
     if args.jobs:
-        runs = {"this": found, **{name: json.loads(path.read_text()) for name, path in args.variant}}
+        try:
+            runs = {"this": found, **earlier_runs(args.variant, list(found))}
+        except ValueError as error:
+            parser.error(str(error))
         args.jobs.write_text(json.dumps(jobs(runs, args.dtype, args.layout)))
     if args.against is None:
         for name, choice in found.items():

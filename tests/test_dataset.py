@@ -100,31 +100,34 @@ def test_the_shipped_data_rebuilds_from_the_studies_byte_for_byte(tmp_path):
 
 
 def test_lookup_diff_times_each_runs_choices_in_one_set_of_jobs(tmp_path):
-    """studies/lookup_diff.py (no GPU): two pricings of the shipped float64 records, the jobs that
-    time each shape's distinct choices once, and the summary by run of a result of those jobs."""
+    """studies/lookup_diff.py (no GPU): two pricings of the shipped float64 records that choose
+    apart at both shapes, the jobs that time each distinct choice once, and the summary by run of
+    a result of those jobs (a job that failed left out and counted)."""
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
     def run(*args):
         done = subprocess.run([sys.executable, "studies/lookup_diff.py", *map(str, args)], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=120)
-        assert done.returncode in (0, 1), done.stdout + done.stderr
+        assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 
-    common = ("--gpu", "NVIDIA H100 80GB HBM3", "--dtype", "float64", "--shapes", "21x3388x97", "1100x1100x1100")
+    shapes = {(12288, 12288, 12288), (69, 330, 631)}
+    common = ("--gpu", "NVIDIA H100 80GB HBM3", "--dtype", "float64", "--shapes", *("x".join(map(str, s)) for s in shapes))
     run(*common, "--lone-share", "1", "--out", tmp_path / "lone1.json")
     run(*common, "--out", tmp_path / "now.json", "--variant", f"lone1={tmp_path / 'lone1.json'}",
         "--jobs", tmp_path / "jobs.json")
     jobs = json.loads((tmp_path / "jobs.json").read_text())
-    by_shape = {}
-    for job in jobs:
-        by_shape.setdefault(tuple(job["shape"]), []).append(set(job["source"].split(",")))
-    assert set(by_shape) == {(21, 3388, 97), (1100, 1100, 1100)}
-    for runs in by_shape.values():  # every run chose once at every shape
-        assert sorted(r for chose in runs for r in chose) == ["lone1", "this"]
+    assert sorted((tuple(job["shape"]), job["source"]) for job in jobs) == sorted(
+        (shape, run) for shape in shapes for run in ("this", "lone1"))  # the runs choose apart: a job each
+    for shape in shapes:
+        assert len({json.dumps(job["params"], sort_keys=True) for job in jobs if tuple(job["shape"]) == shape}) == 2
+    gflops = {"this": 50.0, "lone1": 25.0}
     result = {"shapes": [{"shape": list(shape), "cublas_gflops": 100.0,
-                          "jobs": [{**job, "gflops": 50.0 if "this" in job["source"] else 25.0}
-                                   for job in jobs if tuple(job["shape"]) == shape]} for shape in by_shape]}
+                          "jobs": [{**job, "gflops": None if (job["source"], shape[0]) == ("lone1", 69)
+                                    else gflops[job["source"]]} for job in jobs if tuple(job["shape"]) == shape]}
+                         for shape in shapes]}
     (tmp_path / "timed.json").write_text(json.dumps(result))
-    summary = run("--timed", tmp_path / "timed.json")
-    assert "this" in summary and "all 0.500 (2)" in summary
+    lines = {line.split()[0]: line for line in run("--timed", tmp_path / "timed.json").splitlines()}
+    assert "all 0.500 (2)" in lines["this"] and "left out" not in lines["this"]
+    assert "all 0.250 (1)" in lines["lone1"] and lines["lone1"].endswith("left out 1")

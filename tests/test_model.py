@@ -58,7 +58,7 @@ DMMA_MID = {**DMMA, "bm": 64, "bn": 128, "bk": 8, "warps_m": 1, "warps_n": 4}  #
 
 
 def test_blocks_running_alone_are_not_priced_as_blocks_sharing_their_sm():
-    """Step 52's float64 rows: the big tile runs a tenth faster per flop on full SMs, but at
+    """Step 52's float64 rows: the big tile runs faster per flop on full SMs, but at
     1000^3 its 64 blocks leave half the SMs idle, where the mid tile's 128 run one an SM, each
     step LONE_SHARE of a full SM's. Priced as if each shared its SM (the rule before step 53),
     the mid tile lost there."""

@@ -388,6 +388,10 @@ def test_products_of_up_to_4_rows_stream_b_once_with_k_split_by_the_rule():
     assert few_rows_guess((1, 4096, 1024), "float64", on(limits, 132)).params == {**GEMV_TILES["N"], "rows": 1,
                                                                                   "splits": 16}
     assert few_rows_guess((1, 4096, 1024), "float64", on(limits, 132), layout="NT").params["splits"] == 4
+    # where the waves leave room, the shares of K decide: 16 x 64 and 4 x 256 k's (float32: 8 x 128, 1 x 1024)
+    assert few_rows_guess((1, 1024, 1024), "float64", on(limits, 132)).params["splits"] == 16
+    assert few_rows_guess((1, 1024, 1024), "float64", on(limits, 132), layout="NT").params["splits"] == 4
+    assert few_rows_guess((1, 1024, 1024), "float32", on(limits, 132)).params["splits"] == 8
 
 
 def test_short_k_gets_the_64x64_tile_with_the_k_step_that_pads_k_least():

@@ -31,8 +31,8 @@ OVERHEADS = (0, 2, 4, 8, 16)
 DEFAULT_OVERHEAD = 4
 #: a step of a block with fewer beside it than its SM holds, as a share of its step on a full
 #: SM: 1 would be latency alone (never faster), 0 arithmetic alone (faster in proportion to the
-#: blocks missing). Measured at shapes nobody tuned, not fitted: the rows' own times cannot tell
-#: (docs/performance.md, step 53)
+#: blocks missing). Chosen by timing lookup's picks at shapes nobody tuned, not fitted to the
+#: rows: they favour a lower share, which picked worse there (docs/performance.md, step 53)
 LONE_SHARE = 0.75
 #: bytes per second at which split-K zeroes C and adds the partial products into it
 SPLIT_BYTES_PER_S = 1.5e12
