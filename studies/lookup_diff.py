@@ -140,7 +140,10 @@ def main() -> int:
     parser.add_argument("--timed", type=Path, help="only summarize a studies/table.py jobs result of --jobs")
     args = parser.parse_args()
     if args.timed:
-        print("\n".join(timed(args.timed)))
+        try:
+            print("\n".join(timed(args.timed)))
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            parser.error(f"--timed {args.timed}: not a studies/table.py jobs result ({error!r})")
         return 0
     if not (args.gpu and args.out):
         parser.error("--gpu and --out are needed, unless --timed")
