@@ -34,6 +34,8 @@ if ON_GPU:
         "wgmma": [{"bm": 128, "bn": 128, "stages": 4, "splits": 1, "min_blocks": 1, "producer": 1},
                   {"bm": 128, "bn": 128, "stages": 4, "splits": 1, "min_blocks": 1, "producer": 2},
                   {"bm": 64, "bn": 64, "stages": 3, "splits": 2, "min_blocks": 1, "producer": 0}],
+        "gemv": [{"rows": 4, "cols": 64, "threads": 256, "unroll": 4, "splits": 1},
+                 {"rows": 4, "cols": 16, "threads": 256, "unroll": 4, "splits": 4}],
     }
 else:
     # several tiles each way, a partial tile at every edge, K over several k-steps; K split in two
@@ -50,8 +52,11 @@ else:
         # with two producers, the odd rows move as whole 16-byte words (kernels.wgmma_copies.shifted_copier)
         "wgmma": [{"bm": 64, "bn": 64, "stages": 2, "splits": 1, "min_blocks": 1, "producer": 0},
                   {"bm": 128, "bn": 64, "stages": 3, "splits": 2, "min_blocks": 1, "producer": 2}],
+        # float64 products of a few rows take gemv (step 53): B streamed in 16-byte pairs, K split
+        "gemv": [{"rows": 4, "cols": 16, "threads": 64, "unroll": 2, "splits": 1},
+                 {"rows": 4, "cols": 16, "threads": 32, "unroll": 1, "splits": 2}],
     }
-DTYPE = {"tf32x3": "float32", "dmma": "float64", "wgmma": "float32"}
+DTYPE = {"tf32x3": "float32", "dmma": "float64", "wgmma": "float32", "gemv": "float64"}
 #: float32 operands are held to 2**-147 by tf32x3's scaled small parts (kernels.warp_mma.split_tf32)
 #: and to 2**-137 by wgmma's unscaled ones (kernels.wgmma): the bound allows twice that
 HELD = {"tf32x3": 2.0**-146, "wgmma": 2.0**-136}
