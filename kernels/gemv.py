@@ -10,16 +10,23 @@ through shared memory in a fixed order. How a thread's part of B lies follows B'
       elements) and walks K with a stride of the threads that share those columns;
   B's columns in memory (NT, TT, as in x @ W.T): a thread holds one column of C and reads VEC
       adjacent k's at a time, threads / cols threads per column.
+With B's columns in memory and `a_vectors`, a thread reads A as vector loads where A's rows are
+aligned: in NT a row's VEC k's a load, and in TT (A transposed) a k's `rows` values, instead of one
+scalar a value (in TT strided by A's row across the team); each sum adds the same products in the
+same order either way.
 Where B's rows (or columns) are not 16-byte aligned a thread's VEC elements come as VEC scalar
 loads from one address; past C's last whole group of VEC columns (B's rows in memory) and in K's
 last partial group of VEC k's (B's columns in memory), one element at a time with bounds tests.
 Parameters:
-  rows     rows of C per block; a product of more rows runs ceil(M / rows) tile rows
-  cols     columns of C per block
-  threads  threads per block
-  unroll   loads of B each thread issues before multiplying them
-  splits   blocks along K per tile of C: more than 1 adds into C (zeroed first) atomically, so
-           the last bits vary from run to run
+  rows       rows of C per block; a product of more rows runs ceil(M / rows) tile rows
+  cols       columns of C per block
+  threads    threads per block
+  unroll     loads of B each thread issues before multiplying them
+  splits     blocks along K per tile of C: more than 1 adds into C (zeroed first) atomically, so
+             the last bits vary from run to run
+  streamed   B's 16-byte loads allocate nothing in L1 (kernels.streaming), which
+             keeps A's rows there for the threads that read them again; for a B that L2 cannot hold
+  a_vectors  A read as vectors where B's columns are in memory (above)
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from numba import cuda
 
 from .base import DeviceLimits, Family, Footprint, Kernel, Product, itemsize, numba_type, product_shape, tile_origin
 from .intrinsics import reduce_add, rows_aligned, scalar_access, vector_load, vector_width
+from .streaming import streamed_load
 
 SPACE = {
     "rows": [1, 2, 4, 8, 16],
@@ -35,8 +43,10 @@ SPACE = {
     "threads": [64, 128, 256, 512],
     "unroll": [1, 2, 4],
     "splits": [1, 2, 4, 8, 16, 32, 64, 128],
+    "streamed": [False, True],
+    "a_vectors": [False, True],
 }
-DEFAULT = {"rows": 1, "cols": 64, "threads": 256, "unroll": 2, "splits": 1}
+DEFAULT = {"rows": 1, "cols": 64, "threads": 256, "unroll": 2, "splits": 1, "streamed": False, "a_vectors": False}
 
 
 def shared_bytes(config: dict, dtype: str) -> int:
@@ -84,6 +94,16 @@ FEW_ROWS_SPLIT_K = {"float32": {"N": 128, "T": 1024}, "float64": {"N": 64, "T": 
 FEW_ROWS_WAVES = 8
 
 
+#: the rule streams B (param "streamed") from this size on: more than the L2 of an H100 or H200
+#: holds, so that every call reads it from memory anyway
+STREAMED_BYTES = 50 << 20
+
+
+#: with B's columns in memory the rule reads A as vectors (param "a_vectors") for products of more
+#: than one row, and a thread issues this many loads of B at once by dtype and tile rows
+FEW_ROWS_UNROLL_T = {"float32": {1: 4, 2: 1, 4: 1}, "float64": {1: 4, 2: 4, 4: 1}}
+
+
 def few_rows_config(product: Product, sm_count: int, deterministic: bool) -> dict | None:
     """The rule's params for a float32 or float64 product of at most FEW_ROWS rows (K not split
     where `deterministic`); None for others."""
@@ -96,7 +116,10 @@ def few_rows_config(product: Product, sm_count: int, deterministic: bool) -> dic
     while (not deterministic and splits < max(SPACE["splits"]) and product.k >= 2 * splits * split_k
            and tiles * splits * 2 <= FEW_ROWS_WAVES * sm_count):
         splits *= 2
-    return {**tile, "splits": splits}
+    streamed = product.n * product.k * itemsize(product.dtype) >= STREAMED_BYTES
+    if b == "T":
+        tile["unroll"] = FEW_ROWS_UNROLL_T[product.dtype][tile["rows"]]
+    return {**tile, "splits": splits, "streamed": streamed, "a_vectors": b == "T" and tile["rows"] > 1}
 
 
 def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Kernel:
@@ -104,6 +127,7 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
     where it matters."""
     R, BN, THREADS, U, SPLITS = config["rows"], config["cols"], config["threads"], config["unroll"], config["splits"]
     VEC = vector_width(itemsize(dtype))
+    A_WIDTH = min(R, VEC)  # elements of a transposed A's row (a k's values) per load
     A_T, B_T = layout[0] == "T", layout[1] == "T"
     ALONG_K = VEC if B_T else 1  # k's one load of a thread covers
     WIDTH = 1 if B_T else VEC  # columns of C a thread holds
@@ -113,8 +137,10 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
     PARTIAL_SHAPE = (TEAM, R, BN + 1)
     elem_t = numba_type(dtype)
     load, store = scalar_access(offset_bits)
-    wide, grouped = vector_load(VEC, offset_bits), vector_load(VEC, offset_bits, aligned=False)
-    aligned = rows_aligned(VEC)
+    wide = streamed_load(VEC, offset_bits) if config.get("streamed") else vector_load(VEC, offset_bits)
+    grouped = vector_load(VEC, offset_bits, aligned=False)
+    a_ks, a_rows = vector_load(VEC, offset_bits), vector_load(A_WIDTH, offset_bits)
+    aligned, a_rows_aligned = rows_aligned(VEC), rows_aligned(A_WIDTH)
     add = reduce_add(1, offset_bits)
     origin, dims = tile_origin(R, BN), product_shape(layout)
 
@@ -150,34 +176,61 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
 
         return walk
 
-    def walk_b_columns(group_load):
+    def walk_b_columns(group_load, a_reads=""):
         """B's columns in memory: a thread's column over its whole groups of VEC k's, from k by
-        STEP, `group_load` reading each group."""
+        STEP, `group_load` reading each group. A's values one load each, or by `a_reads`: "ks"
+        (A's rows aligned) a row's VEC k's a load, "rows" (A transposed, its rows A_WIDTH-aligned,
+        the tile's rows all in A) a k's R values as R / A_WIDTH loads."""
 
         @cuda.jit(device=True)
         def walk(A, B, k, k_end, col, row0, rows, acc):
             b = cuda.local.array((U, VEC), elem_t)
+            a = cuda.local.array((VEC, R), elem_t)
             while k + (U - 1) * STEP + VEC <= k_end:
                 for u in range(U):
                     values = group_load(B, (col, k + u * STEP))
                     for j in range(VEC):
                         b[u, j] = values[j]
                 for u in range(U):
-                    for r in range(R):
+                    if a_reads == "rows":
                         for j in range(VEC):
-                            acc[r, 0] += a_at(A, row0 + min(r, rows - 1), k + u * STEP + j) * b[u, j]
+                            for p in range(R // A_WIDTH):
+                                values = a_rows(A, (k + u * STEP + j, row0 + p * A_WIDTH))
+                                for q in range(A_WIDTH):
+                                    a[j, p * A_WIDTH + q] = values[q]
+                    for r in range(R):
+                        if a_reads == "ks":
+                            ks = a_ks(A, (row0 + min(r, rows - 1), k + u * STEP))
+                        for j in range(VEC):
+                            if a_reads == "rows":
+                                acc[r, 0] += a[j, r] * b[u, j]
+                            elif a_reads == "ks":
+                                acc[r, 0] += ks[j] * b[u, j]
+                            else:
+                                acc[r, 0] += a_at(A, row0 + min(r, rows - 1), k + u * STEP + j) * b[u, j]
                 k += U * STEP
             while k + VEC <= k_end:
                 values = group_load(B, (col, k))
+                if a_reads == "rows":
+                    for j in range(VEC):
+                        for p in range(R // A_WIDTH):
+                            parts = a_rows(A, (k + j, row0 + p * A_WIDTH))
+                            for q in range(A_WIDTH):
+                                a[j, p * A_WIDTH + q] = parts[q]
                 for r in range(R):
                     for j in range(VEC):
-                        acc[r, 0] += a_at(A, row0 + min(r, rows - 1), k + j) * values[j]
+                        if a_reads == "rows":
+                            acc[r, 0] += a[j, r] * values[j]
+                        else:
+                            acc[r, 0] += a_at(A, row0 + min(r, rows - 1), k + j) * values[j]
                 k += STEP
 
         return walk
 
     rows_wide, rows_grouped = walk_b_rows(wide), walk_b_rows(grouped)
     columns_wide, columns_grouped = walk_b_columns(wide), walk_b_columns(grouped)
+    columns_a_ks, columns_a_rows = walk_b_columns(wide, "ks"), walk_b_columns(wide, "rows")
+    A_VECTORS = bool(config.get("a_vectors"))
 
     @cuda.jit(device=True)
     def edge(A, B, k, k_end, col, N, row0, rows, acc):
@@ -213,7 +266,11 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
         k = k_begin + member * ALONG_K
         if B_T:
             if col < N:
-                if aligned(B):
+                if A_VECTORS and A_T and R > 1 and aligned(B) and rows == R and a_rows_aligned(A):
+                    columns_a_rows(A, B, k, k_end, col, row0, rows, acc)
+                elif A_VECTORS and not A_T and aligned(B) and aligned(A):
+                    columns_a_ks(A, B, k, k_end, col, row0, rows, acc)
+                elif aligned(B):
                     columns_wide(A, B, k, k_end, col, row0, rows, acc)
                 else:
                     columns_grouped(A, B, k, k_end, col, row0, rows, acc)

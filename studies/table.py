@@ -152,6 +152,9 @@ STEP51_SAME = {family: h for family, h in STEP51_HASHES.items() if family not in
 STEP51_DOCSTRING = {"dmma": "68e3793d9c50ff61", "tf32x3": "1c5e51ae6c4b3793"}
 #: gemv's few-rows rule took float64 (kernels.gemv.FEW_ROWS_SPLIT_K): the same PTX (studies/ptx_same.py)
 STEP53_GEMV = {"gemv": "795d2611daf6bfd7"}
+#: gemv's streamed B and A read as vectors (parameters off by default): the same PTX for the
+#: records written before and for the rows tuned on the step's builds (studies/ptx_same.py)
+STEP54_GEMV = {"gemv": "5ce8a37ef6db3ad1"}
 
 SHIPPED = {
     "measured/nvidia-h200.json.xz": [
@@ -300,6 +303,11 @@ SHIPPED = {
         {"step": "promote", "commit": "step 52 (issue 39)", "file": "h200/step52/layouts/tuned.json.xz",
          "what": "step 52: tf32x3 in NT and TN tuned on an H200 at the wide suite's mid and large shapes that had "
                  "no row in that layout (`mmtune tune --recorded --family wgmma --trials 12`), 17 rows"},
+        {"step": "promote", "commit": "step 54 (issue 39)", "file": "h200/step54/gemv/tuned.json.xz",
+         "what": "step 54: x @ W.T with W of 4096 x 4096 tuned on an H200 at M = 1, 2 and 4 (`mmtune tune --family "
+                 "gemv --layout NT --trials 30`), B streamed and A read as vectors in the space; three new rows"},
+        {"step": "relabel", "commit": "step 54 (issue 39)", "hashes": STEP54_GEMV,
+         "what": "step 54: gemv's docstring and names after the tuning: the same sm_90 PTX for the three rows"},
     ],
     "records/nvidia-h100-80gb-hbm3.json": [
         {"step": "promote", "commit": "step 39 (issue 39)", "file": "h100/step39/tune/tuned.json.xz",
@@ -369,6 +377,13 @@ SHIPPED = {
         {"step": "relabel", "commit": "step 53 (issue 39)", "hashes": STEP53_GEMV,
          "what": "step 53: gemv's few-rows rule for float64 too, the kernels unchanged: the same sm_90 PTX for "
                  "both gemv records (studies/ptx_same.py)"},
+
+        {"step": "promote", "commit": "step 54 (issue 39)", "file": "h100/step54/gemv/tuned.json.xz",
+         "what": "step 54: the two gemv records (x @ W.T at M = 2 and 4) tuned again on an H100 with B streamed in "
+                 "the space (`mmtune tune --family gemv --layout NT --trials 30`), both streamed and faster"},
+        {"step": "relabel", "commit": "step 54 (issue 39)", "hashes": STEP54_GEMV,
+         "what": "step 54: gemv's streamed B and A read as vectors, off by default: the same sm_90 PTX for both "
+                 "records as on the code they were tuned on"},
     ],
 }
 

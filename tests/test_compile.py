@@ -48,7 +48,8 @@ for config in configs:
                       "tf32_mma": text.count(f"mma.sync.aligned.{config.get('mma')}.row.col.f32.tf32.tf32.f32"),
                       "tf32_splits": text.count("setp.lt.f32 %near"), "dynamic_shared": kernel.dynamic_shared,
                       "wgmma": text.count("wgmma.mma_async.sync.aligned.m64n"),
-                      "vector_loads": text.count("ld.shared.v"), "global_vector_loads": text.count("ld.global.v"), "atomic_adds": text.count("red.global.add") + text.count("atom.global.add"),
+                      "vector_loads": text.count("ld.shared.v"), "global_vector_loads": text.count("ld.global.v"),
+                      "streamed_loads": text.count("ld.global.nc.L1::no_allocate.v"), "atomic_adds": text.count("red.global.add") + text.count("atom.global.add"),
                       "scalar_shared_loads": sum(text.count(f"ld.shared.{t}") for t in ("f32", "f64", "u32", "b32"))}))
 """
 
@@ -105,8 +106,11 @@ def check_compiled(family: str, dtype: str, count: int) -> None:
     if family in ("vector", "splitk", "streamk"):
         assert all(r["vector_loads"] and not r["scalar_shared_loads"] for r in results), results
         assert all(bool(r["atomic_adds"]) == (family != "vector") for r in results), results
-    if family == "gemv":  # B streamed 16 bytes a load where its rows are aligned; adds only when K is split
-        assert all(r["global_vector_loads"] and bool(r["atomic_adds"]) == (r["config"]["splits"] > 1) for r in results)
+    if family == "gemv":  # B read 16 bytes a load where its rows are aligned, allocating no L1 where streamed;
+        # adds only when K is split
+        assert all(bool(r["streamed_loads"]) == r["config"]["streamed"] for r in results), results
+        assert all(r["global_vector_loads"] + r["streamed_loads"] for r in results), results
+        assert all(bool(r["atomic_adds"]) == (r["config"]["splits"] > 1) for r in results), results
     if family == "dmma":  # the instructions PTX accepts for sm_90, with K split through atomic adds
         assert all(r["mma"] and bool(r["atomic_adds"]) == (r["config"]["splits"] > 1) for r in results), results
     if family == "tf32x3":  # TF32 instructions of the config's shape alone, on operands split into TF32 parts

@@ -210,6 +210,22 @@ def test_transposed_layouts_match_reference(family, config, layout, rng):
         assert relative_error(out, reference(A, B)) <= error_bound(dtype, k)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_gemv_reads_a_as_vectors_with_the_same_sums(dtype, rng):
+    """With `a_vectors` and B's columns in memory, gemv reads A's values as vector loads: in NT a
+    row's k's, in TT (A transposed) a k's rows where the tile's rows all lie in A (M = 8 in tiles of
+    4; M = 7 reads scalars there). Each element of C sums the same products in the same order as
+    with scalar reads, so all agree to the bit."""
+    scalar = {"rows": 4, "cols": 16, "threads": 64, "unroll": 2, "splits": 1}
+    vectors = {**scalar, "a_vectors": True, "streamed": True}
+    for m, n, k in [(8, 36, 44), (7, 36, 44)]:
+        A, B = random_inputs(m, n, k, dtype, rng)
+        expected = run_layout(kernels.build("gemv", scalar, dtype, "NT"), A, B)
+        assert relative_error(expected, reference(A, B)) <= error_bound(dtype, k)
+        for config, layout in [(vectors, "NT"), (vectors, "TT"), (scalar, "TT")]:
+            np.testing.assert_array_equal(run_layout(kernels.build("gemv", config, dtype, layout), A, B), expected)
+
+
 #: per family, a shape with partial tiles at every edge and, for the configs that split K, a split
 #: left empty (gemv: K = 1 in 2 splits; splitk: K = 19 in 4 splits of 8)
 BIAS_SHAPES = {"gemv": (3, 13, 1), "wgmma": (17, 23, 19)}

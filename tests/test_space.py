@@ -372,12 +372,13 @@ def test_products_of_up_to_4_rows_stream_b_once_with_k_split_by_the_rule():
     limits = GpuLimits.for_cc("9.0")
     # B's rows in memory: 64 columns a block; K split while 128 k's a split and 8 blocks per SM remain
     assert few_rows_guess((1, 4096, 1024), "float32", on(limits, 132)) == Config.of(
-        "gemv", {**GEMV_TILES["N"], "rows": 1, "splits": 8})
+        "gemv", {**GEMV_TILES["N"], "rows": 1, "splits": 8, "streamed": False, "a_vectors": False})
     assert few_rows_guess((1, 16384, 4096), "float32", on(limits, 132)).params["splits"] == 4  # 256 tiles x 4 <= 8 x 132
-    assert few_rows_guess((3, 5000, 1000), "float32", on(limits, 132)).params == {**GEMV_TILES["N"], "rows": 4, "splits": 4}
+    assert few_rows_guess((3, 5000, 1000), "float32", on(limits, 132)).params == {**GEMV_TILES["N"], "rows": 4, "splits": 4,
+                                                                                "streamed": False, "a_vectors": False}
     # B's columns in memory (x @ W.T): 16 columns a block, 1024 k's a split at least
     assert few_rows_guess((1, 4096, 1024), "float32", on(limits, 132), layout="NT") == Config.of(
-        "gemv", {**GEMV_TILES["T"], "rows": 1, "splits": 1})
+        "gemv", {**GEMV_TILES["T"], "rows": 1, "splits": 1, "streamed": False, "a_vectors": False})
     assert few_rows_guess((2, 2048, 2048), "float32", on(limits, 132), layout="TT").params["splits"] == 2
     assert few_rows_guess((1, 8192, 8192), "float32", on(limits, 132), layout="NT").params["splits"] == 2  # 512 tiles
     assert few_rows_guess((1, 4096, 1024), "float32", on(limits, 132), deterministic=True).params["splits"] == 1
@@ -386,12 +387,33 @@ def test_products_of_up_to_4_rows_stream_b_once_with_k_split_by_the_rule():
     assert few_rows_guess((5, 4096, 1024), "float32", on(limits, 132)).family == "splitk"
     # float64: the same tiles, K split while 64 k's a split remain along B's rows, 256 along its columns
     assert few_rows_guess((1, 4096, 1024), "float64", on(limits, 132)).params == {**GEMV_TILES["N"], "rows": 1,
-                                                                                  "splits": 16}
+                                                                                  "splits": 16, "streamed": False,
+                                                                                  "a_vectors": False}
     assert few_rows_guess((1, 4096, 1024), "float64", on(limits, 132), layout="NT").params["splits"] == 4
     # where the waves leave room, the shares of K decide: 16 x 64 and 4 x 256 k's (float32: 8 x 128, 1 x 1024)
     assert few_rows_guess((1, 1024, 1024), "float64", on(limits, 132)).params["splits"] == 16
     assert few_rows_guess((1, 1024, 1024), "float64", on(limits, 132), layout="NT").params["splits"] == 4
     assert few_rows_guess((1, 1024, 1024), "float32", on(limits, 132)).params["splits"] == 8
+
+
+def test_the_few_rows_rule_streams_a_b_that_l2_cannot_hold():
+    limits = GpuLimits.for_cc("9.0")
+    streamed = [few_rows_guess(shape, dtype, on(limits, 132), layout=layout).params["streamed"]
+                for shape, dtype, layout in [((4, 4096, 4096), "float32", "NT"), ((1, 4096, 3199), "float32", "NN"),
+                                             ((1, 4096, 1599), "float64", "TT"), ((2, 4096, 4096), "float64", "TN")]]
+    assert streamed == [True, False, False, True]  # 64 MiB, 50 MiB less a row of B twice, 128 MiB
+    assert few_rows_guess((1, 4096, 3200), "float32", on(limits, 132)).params["streamed"]  # 50 MiB
+
+
+def test_the_few_rows_rule_reads_a_as_vectors_where_b_columns_lie_in_memory():
+    limits = GpuLimits.for_cc("9.0")
+    tiles = {(m, dtype, layout): few_rows_guess((m, 4096, 4096), dtype, on(limits, 132), layout=layout).params
+             for m in (1, 2, 4) for dtype in ("float32", "float64") for layout in ("NT", "TT", "NN")}
+    assert [tiles[m, "float32", "NT"]["unroll"] for m in (1, 2, 4)] == [4, 1, 1]
+    assert [tiles[m, "float64", "TT"]["unroll"] for m in (1, 2, 4)] == [4, 4, 1]
+    assert [tiles[m, "float32", "NT"]["a_vectors"] for m in (1, 2, 4)] == [False, True, True]  # one row: scalars
+    assert not any(tiles[m, dtype, "NN"]["a_vectors"] for m in (1, 2, 4) for dtype in ("float32", "float64"))
+    assert all(tiles[m, dtype, "NN"]["unroll"] == 4 for m in (1, 2, 4) for dtype in ("float32", "float64"))
 
 
 def test_short_k_gets_the_64x64_tile_with_the_k_step_that_pads_k_least():

@@ -329,7 +329,8 @@ def _merge_into(path: Path, new: list[Row]) -> Promotion:
         merged[row.key] = row
     rows = [_canonical(merged[key]) for key in sorted(merged)]
     try:
-        write_atomically(path, (json.dumps(rows, indent=2) + "\n").encode())
+        lines = ",\n".join(json.dumps(row, separators=(",", ":")) for row in rows)  # a row a line, no spaces
+        write_atomically(path, f"[\n{lines}\n]\n".encode())
     except OSError as error:
         raise PromoteError(f"cannot write {path}: {error}") from None
     return Promotion(path=path, added=added, replaced=replaced, kept=kept, total=len(rows))

@@ -178,8 +178,9 @@ def nearest_rows(rows: list[Row], shape: tuple[int, int, int], count: int = 1) -
 #: default (step 49), dmma a second tile for a cold tune to try first (step 50), and dmma's
 #: copies and fragments, for every other family (step 51), without changing a kernel, so rows
 #: measured before are as current as rows measured after, as are rows measured before dmma's
-#: docstring told of its fragment sets (step 51), and gemv's few-rows rule taking float64 (step
-#: 53). dmma's and tf32x3's rows from before step 51 are stale: their code changed. Step 48
+#: docstring told of its fragment sets (step 51), gemv's few-rows rule taking float64 (step
+#: 53), and gemv's streamed B and A read as vectors, off by default (step 54; the rows of its
+#: builds on the way, of the same PTX). dmma's and tf32x3's rows from before step 51 are stale: their code changed. Step 48
 #: changed one kind of build: wgmma's with two producers for rows that are not 16-byte aligned,
 #: which now move them as whole words; rows timed on those keep their configs, whose speeds they
 #: understate
@@ -211,7 +212,8 @@ SAME_CODE = {
     **dict.fromkeys(("af5a4f573c8c0324", "4309187d0a165526", "466212c4e24018b6",
                      "9c5bb28d8cec5346", "79025522fd3373a6", "f1f15da7ff85553a",
                      "cb9d2a7c451f3b79", "bee80c995fa8a277", "9128497dce6ff119",
-                     "87f6f673163940c2", "a8f3edd40f01b9b8"), "795d2611daf6bfd7"),  # gemv
+                     "87f6f673163940c2", "a8f3edd40f01b9b8", "795d2611daf6bfd7", "2a3f5120fecb88b9",
+                     "a18bdd1a6fdb9f37"), "5ce8a37ef6db3ad1"),  # gemv
     **dict.fromkeys(("c363ca80fa7b1065", "cfa194878a0bd632", "b3bf49dceafe423b",
                      "c80c3d083a86b7ce", "c43413822251788d", "37b5840ad9871f44",
                      "a2f68dde27f49157", "947e1f409052d61d", "1d99f6ede78de43f",
@@ -221,8 +223,9 @@ SAME_CODE = {
 
 #: parameters a family gained after rows were written, at the value that runs the code those rows
 #: measured (docs/performance.md, step 43: wgmma's producer warpgroup; step 49: the mma.sync
-#: families' stored tiles)
-GAINED = {"wgmma": {"producer": 0}, "dmma": {"stored": "mn"}, "tf32x3": {"stored": "mn"}}
+#: families' stored tiles; step 54: gemv's streamed B and A read as vectors)
+GAINED = {"wgmma": {"producer": 0}, "dmma": {"stored": "mn"}, "tf32x3": {"stored": "mn"},
+          "gemv": {"streamed": False, "a_vectors": False}}
 
 
 def stale(row: Row, source_hashes: dict[str, str]) -> bool:
