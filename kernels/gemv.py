@@ -100,7 +100,9 @@ STREAMED_BYTES = 50 << 20
 
 
 #: with B's columns in memory the rule reads A as vectors (param "a_vectors") for products of more
-#: than one row, and a thread issues this many loads of B at once by dtype and tile rows
+#: than one row, and a thread issues this many loads of B at once by dtype and tile rows: A's
+#: vectors hold registers that the fewer loads in flight leave (12 tiles timed at 28 shapes,
+#: docs/performance.md, step 54)
 FEW_ROWS_UNROLL_T = {"float32": {1: 4, 2: 1, 4: 1}, "float64": {1: 4, 2: 4, 4: 1}}
 
 

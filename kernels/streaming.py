@@ -12,15 +12,15 @@ from . import ptx, simulated
 STREAMED = ".nc.L1::no_allocate"
 
 
-def streamed_load(width: int, bits: int = 32, aligned: bool = True):
-    """kernels.intrinsics.vector_load(width, bits, aligned) as `ld.global` STREAMED: one vector
-    load, or where not `aligned` `width` scalar loads at immediate offsets from one address."""
+def streamed_load(width: int, bits: int):
+    """kernels.intrinsics.vector_load(width, bits) as one `ld.global` STREAMED of a global array
+    (offsets computed in `bits` bits)."""
     if config.ENABLE_CUDASIM:
         return simulated.vector_load(width)
-    return _ptx_load(width, bits, aligned)
+    return _ptx_load(width, bits)
 
 
-def _ptx_load(width: int, bits: int, aligned: bool):
+def _ptx_load(width: int, bits: int):
     from llvmlite import ir
     from numba import types
     from numba.cuda.extending import intrinsic
@@ -38,12 +38,8 @@ def _ptx_load(width: int, bits: int, aligned: bool):
             pointer = ptx._element_pointer(context, builder, sig.args[:2], args[:2], bits=bits)
             address = builder.ptrtoint(builder.addrspacecast(pointer, ir.PointerType(element, 1)), ir.IntType(64))
             kind, register = PTX_TYPES[sig.args[0].dtype]
-            if aligned:
-                lanes = ", ".join(f"${i}" for i in range(width))
-                text = f"ld.global{STREAMED}.v{width}.{kind} {{{lanes}}}, [${width}];"
-            else:
-                size = context.get_abi_sizeof(element)
-                text = " ".join(f"ld.global{STREAMED}.{kind} ${i}, [${width}+{i * size}];" for i in range(width))
+            lanes = ", ".join(f"${i}" for i in range(width))
+            text = f"ld.global{STREAMED}.v{width}.{kind} {{{lanes}}}, [${width}];"
             out = builder.asm(ir.FunctionType(ir.LiteralStructType([element] * width), [ir.IntType(64)]), text,
                               ",".join([f"={register}"] * width + ["l"]), [address], False)
             lanes = [builder.extract_value(out, i) for i in range(width)]

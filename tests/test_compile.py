@@ -49,7 +49,8 @@ for config in configs:
                       "tf32_splits": text.count("setp.lt.f32 %near"), "dynamic_shared": kernel.dynamic_shared,
                       "wgmma": text.count("wgmma.mma_async.sync.aligned.m64n"),
                       "vector_loads": text.count("ld.shared.v"), "global_vector_loads": text.count("ld.global.v"),
-                      "streamed_loads": text.count("ld.global.nc.L1::no_allocate.v"), "atomic_adds": text.count("red.global.add") + text.count("atom.global.add"),
+                      "streamed_loads": text.count("ld.global.nc.L1::no_allocate.v"),
+                      "atomic_adds": text.count("red.global.add") + text.count("atom.global.add"),
                       "scalar_shared_loads": sum(text.count(f"ld.shared.{t}") for t in ("f32", "f64", "u32", "b32"))}))
 """
 
@@ -242,6 +243,35 @@ def test_offset_width_and_dynamic_shared_memory_reach_the_compiled_code():
     dynamic = found["dynamic"]
     assert dynamic["bytes"] > 48 * 1024 and dynamic["extern"]
     assert dynamic["shared_vector_loads"] > 0 and dynamic["generic_vector_loads"] == 0
+
+
+GEMV_LOADS_CHILD = """
+import json
+import kernels
+from kernels.resources import ptx
+out = {}
+for layout in ("NT", "TT"):
+    for dtype in ("float32", "float64"):
+        for on in (False, True):
+            config = {"rows": 4, "cols": 16, "threads": 256, "unroll": 1, "splits": 1, "streamed": on, "a_vectors": on}
+            text = ptx(kernels.build("gemv", config, dtype, layout))
+            out[f"{layout} {dtype} {on}"] = dict(streamed=text.count("ld.global.nc.L1::no_allocate.v"),
+                                                 cached=text.count("ld.global.v"))
+print(json.dumps(out))
+"""
+
+
+def test_gemv_streams_b_and_reads_a_as_vectors_where_its_flags_say():
+    """`streamed` turns B's vector loads into streamed ones, and `a_vectors` adds A's vector loads
+    (the only cached vector loads left once B streams) in NT and TT alike."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    done = subprocess.run([sys.executable, "-c", GEMV_LOADS_CHILD], env=env, capture_output=True, text=True, check=True)
+    found = json.loads(done.stdout.splitlines()[-1])
+    for layout in ("NT", "TT"):
+        for dtype in ("float32", "float64"):
+            off, on = found[f"{layout} {dtype} False"], found[f"{layout} {dtype} True"]
+            assert off["streamed"] == 0 and off["cached"] > 0, (layout, dtype, off)  # B's loads, A's scalars
+            assert on["streamed"] > 0 and on["cached"] > 0, (layout, dtype, on)  # B streamed, A's vectors
 
 
 WRITE_BACK_CHILD = """

@@ -374,8 +374,8 @@ def test_products_of_up_to_4_rows_stream_b_once_with_k_split_by_the_rule():
     assert few_rows_guess((1, 4096, 1024), "float32", on(limits, 132)) == Config.of(
         "gemv", {**GEMV_TILES["N"], "rows": 1, "splits": 8, "streamed": False, "a_vectors": False})
     assert few_rows_guess((1, 16384, 4096), "float32", on(limits, 132)).params["splits"] == 4  # 256 tiles x 4 <= 8 x 132
-    assert few_rows_guess((3, 5000, 1000), "float32", on(limits, 132)).params == {**GEMV_TILES["N"], "rows": 4, "splits": 4,
-                                                                                "streamed": False, "a_vectors": False}
+    assert few_rows_guess((3, 5000, 1000), "float32", on(limits, 132)).params == {
+        **GEMV_TILES["N"], "rows": 4, "splits": 4, "streamed": False, "a_vectors": False}
     # B's columns in memory (x @ W.T): 16 columns a block, 1024 k's a split at least
     assert few_rows_guess((1, 4096, 1024), "float32", on(limits, 132), layout="NT") == Config.of(
         "gemv", {**GEMV_TILES["T"], "rows": 1, "splits": 1, "streamed": False, "a_vectors": False})

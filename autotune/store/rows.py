@@ -180,8 +180,8 @@ def nearest_rows(rows: list[Row], shape: tuple[int, int, int], count: int = 1) -
 #: measured before are as current as rows measured after, as are rows measured before dmma's
 #: docstring told of its fragment sets (step 51), gemv's few-rows rule taking float64 (step
 #: 53), and gemv's streamed B and A read as vectors, off by default (step 54; the rows of its
-#: builds on the way, of the same PTX). dmma's and tf32x3's rows from before step 51 are stale: their code changed. Step 48
-#: changed one kind of build: wgmma's with two producers for rows that are not 16-byte aligned,
+#: builds on the way, of the same PTX). dmma's and tf32x3's rows from before step 51 are stale:
+#: their code changed. Step 48 changed one kind of build: wgmma's with two producers for rows that are not 16-byte aligned,
 #: which now move them as whole words; rows timed on those keep their configs, whose speeds they
 #: understate
 SAME_CODE = {
@@ -213,7 +213,7 @@ SAME_CODE = {
                      "9c5bb28d8cec5346", "79025522fd3373a6", "f1f15da7ff85553a",
                      "cb9d2a7c451f3b79", "bee80c995fa8a277", "9128497dce6ff119",
                      "87f6f673163940c2", "a8f3edd40f01b9b8", "795d2611daf6bfd7", "2a3f5120fecb88b9",
-                     "a18bdd1a6fdb9f37"), "5ce8a37ef6db3ad1"),  # gemv
+                     "a18bdd1a6fdb9f37", "5ce8a37ef6db3ad1"), "145b2f58c86dbc6b"),  # gemv
     **dict.fromkeys(("c363ca80fa7b1065", "cfa194878a0bd632", "b3bf49dceafe423b",
                      "c80c3d083a86b7ce", "c43413822251788d", "37b5840ad9871f44",
                      "a2f68dde27f49157", "947e1f409052d61d", "1d99f6ede78de43f",
