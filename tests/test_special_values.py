@@ -52,8 +52,9 @@ else:
         # with two producers, the odd rows move as whole 16-byte words (kernels.wgmma_copies.shifted_copier)
         "wgmma": [{"bm": 64, "bn": 64, "stages": 2, "splits": 1, "min_blocks": 1, "producer": 0},
                   {"bm": 128, "bn": 64, "stages": 3, "splits": 2, "min_blocks": 1, "producer": 2}],
-        # float64 products of a few rows take gemv (step 53): B streamed in 16-byte pairs, K split
-        "gemv": [{"rows": 4, "cols": 16, "threads": 64, "unroll": 2, "splits": 1},
+        # float64 products of a few rows take gemv (step 53): B streamed in 16-byte pairs, K split;
+        # the first past L1 with A read as vectors, as the few-rows rule serves them (step 54)
+        "gemv": [{"rows": 4, "cols": 16, "threads": 64, "unroll": 2, "splits": 1, "streamed": True, "a_vectors": True},
                  {"rows": 4, "cols": 16, "threads": 32, "unroll": 1, "splits": 2}],
     }
 DTYPE = {"tf32x3": "float32", "dmma": "float64", "wgmma": "float32", "gemv": "float64"}
