@@ -196,6 +196,10 @@ class Family:
     #: few_rows_config(product, sm_count, deterministic) -> its params for a Product of fewer rows
     #: than the shape rules' smallest tile (none that add into C where `deterministic`), or None
     few_rows_config: Callable[[Product, int, bool], dict | None] | None = None
+    #: fit(params, shape) -> its tile for a product of (M, N, K) that nobody tuned, with no side
+    #: longer than the product needs (autotune.select.neighbours); None: bm and bn each shrink to
+    #: the smallest size of the space that covers M and N
+    fit: Callable[[dict, tuple[int, int, int]], dict] | None = None
     #: how its kernels compute, in a few words, for the reasons a lookup gives ("B streamed once")
     summary: str = ""
     #: its configs are the tiles that the shape rules (autotune.space.guesses) and the measured

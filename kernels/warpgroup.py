@@ -30,13 +30,22 @@ not how the tensor cores round.
 from __future__ import annotations
 
 import functools
-import threading
 
 import numpy as np
 from numba import config, cuda
 
 from . import ptx
 from . import wgmma_layout as layout
+from .warpgroup_simulator import (
+    _identity,
+    _nothing,
+    _simulated_add,
+    _simulated_address,
+    _simulated_barrier,
+    _simulated_biases,
+    _simulated_multiply,
+    _simulated_store,
+)
 
 #: the instruction's name in a family's instructions(), and the target that has it (sm_90a only)
 INSTRUCTION = "wgmma.mma_async (sm_90a)"
@@ -98,10 +107,13 @@ def add():
     return _simulated_add if config.ENABLE_CUDASIM else _intrinsic_add()
 
 
-def biases(n: int):
+def biases(n: int, transposed: bool = False):
     """biases(bias, thread, col0) -> bias[col0 + c] for each register of warpgroup `thread`, (r, c)
-    = wgmma_layout.accumulator, 0 past the bias's end: the epilogue adds them to the sums."""
-    return _simulated_biases(n) if config.ENABLE_CUDASIM else _intrinsic_biases(n)
+    = wgmma_layout.accumulator, 0 past the bias's end: the epilogue adds them to the sums. With
+    `transposed` (sums of C's transpose: store_sums'), biases(bias, thread, row0) -> bias[row0 + r]."""
+    if config.ENABLE_CUDASIM:
+        return _simulated_biases(n, transposed)
+    return _intrinsic_biases(n, transposed)
 
 
 def pin():
@@ -113,104 +125,14 @@ def multiply(n: int):
     return _simulated_multiply(n) if config.ENABLE_CUDASIM else _intrinsic_multiply(n)
 
 
-def store_sums(n: int, bits: int, adds: bool):
+def store_sums(n: int, bits: int, adds: bool, transposed: bool = False):
     """store(C, sums, thread, row0, col0): C[row0 + r, col0 + c] = sums[i] (or += atomically
     with `adds`) for each register i of warpgroup `thread`, (r, c) = wgmma_layout.accumulator,
-    where inside C; offsets computed in `bits` bits."""
-    return _simulated_store(n, adds) if config.ENABLE_CUDASIM else _intrinsic_store(n, bits, adds)
-
-
-def _nothing():
-    pass
-
-
-def _identity(values):
-    return values
-
-
-_barriers_lock = threading.Lock()
-
-
-def _simulated_barrier(count: int, arrive_only: bool, barrier_id) -> None:
-    """A named barrier of the block's: the `count`-th arrival starts its next generation."""
-    manager = threading.current_thread()._manager
-    with _barriers_lock:
-        barriers = manager.__dict__.setdefault("mmtune_barriers", {})
-        state = barriers.setdefault(barrier_id, {"condition": threading.Condition(), "generation": 0, "arrived": 0})
-    with state["condition"]:
-        generation = state["generation"]
-        state["arrived"] += 1
-        if state["arrived"] == count:
-            state["generation"], state["arrived"] = generation + 1, 0
-            state["condition"].notify_all()
-        elif not arrive_only:
-            state["condition"].wait_for(lambda: state["generation"] != generation)
-
-
-def _simulated_address(array):
-    return 0
-
-
-def _simulated_add(a, b):
-    return tuple(np.float32(x) + np.float32(y) for x, y in zip(a, b))
-
-
-def _simulated_multiply(n: int):
-    threads = np.arange(layout.THREADS)
-    rows, columns = layout.accumulator(threads[:, None], np.arange(n // 2)[None, :])
-    a_at = layout.a_fragment(threads[:, None], np.arange(4)[None, :])
-
-    def product(words, posted, group):
-        mine = [posted[group * layout.THREADS + t] for t in threads]
-        A = np.zeros((layout.ROWS, layout.STEP_K), np.float32)
-        A[a_at] = np.array([a for a, _ in mine], np.float32)
-        A = (A.view(np.uint32) & layout.TF32_BITS).view(np.float32)
-        B = layout.operand(words, int(mine[0][1]), n)
-        with np.errstate(all="ignore"):  # Inf * 0 and Inf - Inf are NaN, as on the GPU
-            return A.astype(np.float64) @ B.astype(np.float64).T
-
-    def multiply(words, sums, a, b_descriptor, accumulate):
-        thread = threading.current_thread()  # the simulator's BlockThread
-        state = thread._manager.__dict__.setdefault("mmtune_wgmma", {"calls": {}, "posted": ({}, {}),
-                                                                     "products": ({}, {})})
-        calls = state["calls"].get(thread.thread_id, 0)
-        state["calls"][thread.thread_id] = calls + 1
-        # alternate buffers, as kernels.warp_mma's twin does
-        posted, products = state["posted"][calls % 2], state["products"][calls % 2]
-        posted[thread.thread_id] = (a, b_descriptor)
-        group, member = divmod(thread.thread_id, layout.THREADS)
-        _simulated_barrier(layout.THREADS, False, ("wgmma", group))
-        found = products.get(group)
-        if found is None or found[0] != calls:
-            found = products[group] = (calls, product(words, posted, group))
-        mine = found[1][rows[member], columns[member]]
-        with np.errstate(all="ignore"):
-            before = np.array(sums, np.float64) if accumulate else 0.0
-            return tuple((before + mine).astype(np.float32))
-
-    return multiply
-
-
-def _simulated_biases(n: int):
-    registers = np.arange(n // 2)
-    return lambda bias, thread, col0: tuple(
-        np.float32(bias[c] if c < bias.shape[0] else 0) for c in col0 + layout.accumulator(thread, registers)[1])
-
-
-def _simulated_store(n: int, adds: bool):
-    lock = threading.Lock()
-
-    def store(C, sums, thread, row0, col0):
-        rows, columns = layout.accumulator(thread, np.arange(n // 2))
-        for value, r, c in zip(sums, row0 + rows, col0 + columns):
-            if r < C.shape[0] and c < C.shape[1]:
-                if adds:
-                    with lock:
-                        C[r, c] += value
-                else:
-                    C[r, c] = value
-
-    return store
+    where inside C; offsets computed in `bits` bits. With `transposed` the sums are C's transpose
+    (a product of B^T and A^T): C[col0 + c, row0 + r] = sums[i]."""
+    if config.ENABLE_CUDASIM:
+        return _simulated_store(n, adds, transposed)
+    return _intrinsic_store(n, bits, adds, transposed)
 
 
 def _float_tuple(values, count: int | None = None) -> bool:
@@ -295,7 +217,7 @@ def _intrinsic_add():
     return add
 
 
-def _intrinsic_biases(n: int):
+def _intrinsic_biases(n: int, transposed: bool):
     from numba import types
     from numba.cuda import cgutils
     from numba.cuda.extending import intrinsic
@@ -303,22 +225,32 @@ def _intrinsic_biases(n: int):
     result = types.UniTuple(types.float32, n // 2)
 
     @intrinsic
-    def biases(typingctx, bias, thread, col0):
+    def biases(typingctx, bias, thread, first):
         if not (isinstance(bias, types.Array) and bias.ndim == 1 and bias.dtype == types.float32):
             return None
 
         def codegen(context, builder, sig, args):
             data = context.make_array(sig.args[0])(context, builder, value=args[0])
-            t, c0 = (context.cast(builder, args[i], sig.args[i], types.int64) for i in (1, 2))
-            first_col, values = builder.add(c0, builder.shl(builder.and_(t, t.type(3)), t.type(1))), []
-            for i in range(n // 2):
-                col = builder.add(first_col, t.type(8 * (i >> 2) + (i & 1)))
-                inside = builder.icmp_signed("<", col, cgutils.unpack_tuple(builder, data.shape)[0])
-                value = builder.load(builder.gep(data.data, [builder.select(inside, col, t.type(0))], inbounds=True))
-                values.append(builder.select(inside, value, value.type(0.0)))
-            return context.make_tuple(builder, result, values)
+            t, f0 = (context.cast(builder, args[i], sig.args[i], types.int64) for i in (1, 2))
+            if transposed:  # bias[first + r]: the register's row (wgmma_layout.accumulator)
+                lane = builder.and_(t, t.type(31))
+                start = builder.add(f0, builder.add(builder.shl(builder.lshr(t, t.type(5)), t.type(4)),
+                                                    builder.lshr(lane, t.type(2))))
+                offsets = [8 * ((i >> 1) & 1) for i in range(n // 2)]
+            else:  # bias[first + c]: its column
+                start = builder.add(f0, builder.shl(builder.and_(t, t.type(3)), t.type(1)))
+                offsets = [8 * (i >> 2) + (i & 1) for i in range(n // 2)]
+            loaded = {}
+            for offset in offsets:
+                if offset not in loaded:
+                    index = builder.add(start, t.type(offset))
+                    inside = builder.icmp_signed("<", index, cgutils.unpack_tuple(builder, data.shape)[0])
+                    value = builder.load(builder.gep(data.data, [builder.select(inside, index, t.type(0))],
+                                                     inbounds=True))
+                    loaded[offset] = builder.select(inside, value, value.type(0.0))
+            return context.make_tuple(builder, result, [loaded[offset] for offset in offsets])
 
-        return result(bias, thread, col0), codegen
+        return result(bias, thread, first), codegen
 
     return biases
 
@@ -381,7 +313,7 @@ def _intrinsic_multiply(n: int):
     return multiply
 
 
-def _intrinsic_store(n: int, bits: int, adds: bool):
+def _intrinsic_store(n: int, bits: int, adds: bool, transposed: bool):
     from llvmlite import ir
     from numba import types
     from numba.cuda import cgutils
@@ -403,28 +335,41 @@ def _intrinsic_store(n: int, bits: int, adds: bool):
             first_row = builder.add(r0, builder.add(builder.shl(warp, t.type(4)), builder.lshr(lane, t.type(2))))
             first_col = builder.add(c0, builder.shl(builder.and_(lane, t.type(3)), t.type(1)))
             values = cgutils.unpack_tuple(builder, args[1])
+
+            def narrow(x):
+                return builder.trunc(x, width) if bits == 32 else x
+
+            def put(value, offset):
+                if bits == 32:
+                    offset = builder.zext(offset, ir.IntType(64))
+                pointer = builder.gep(data.data, [offset], inbounds=True)
+                if adds:  # NVVM's IR has no atomicrmw fadd
+                    target = builder.ptrtoint(builder.addrspacecast(pointer, ir.PointerType(value.type, 1)),
+                                              ir.IntType(64))
+                    builder.asm(ir.FunctionType(ir.VoidType(), [ir.IntType(64), value.type]),
+                                "red.global.add.f32 [$0], $1;", "l,f,~{memory}", [target, value], True)
+                else:
+                    builder.store(value, pointer)
+
+            if transposed:  # the sums' column is C's row
+                for i, value in enumerate(values):
+                    row = builder.add(first_col, t.type(8 * (i >> 2) + (i & 1)))
+                    col = builder.add(first_row, t.type(8 * ((i >> 1) & 1)))
+                    inside = builder.and_(builder.icmp_signed("<", row, rows), builder.icmp_signed("<", col, cols))
+                    with builder.if_then(inside, likely=True):
+                        put(value, builder.add(builder.mul(narrow(row), narrow(cols)), narrow(col)))
+                return context.get_dummy_value()
             for half in (0, 8):
                 row = builder.add(first_row, t.type(half))
                 row_inside = builder.icmp_signed("<", row, rows)
-                row_start = builder.mul(builder.trunc(row, width) if bits == 32 else row,
-                                        builder.trunc(cols, width) if bits == 32 else cols)
+                row_start = builder.mul(narrow(row), narrow(cols))
                 for i, value in enumerate(values):
                     if 8 * ((i >> 1) & 1) != half:
                         continue
                     col = builder.add(first_col, t.type(8 * (i >> 2) + (i & 1)))
                     inside = builder.and_(row_inside, builder.icmp_signed("<", col, cols))
                     with builder.if_then(inside, likely=True):
-                        offset = builder.add(row_start, builder.trunc(col, width) if bits == 32 else col)
-                        if bits == 32:
-                            offset = builder.zext(offset, ir.IntType(64))
-                        pointer = builder.gep(data.data, [offset], inbounds=True)
-                        if adds:  # NVVM's IR has no atomicrmw fadd
-                            target = builder.ptrtoint(builder.addrspacecast(pointer, ir.PointerType(value.type, 1)),
-                                                      ir.IntType(64))
-                            builder.asm(ir.FunctionType(ir.VoidType(), [ir.IntType(64), value.type]),
-                                        "red.global.add.f32 [$0], $1;", "l,f,~{memory}", [target, value], True)
-                        else:
-                            builder.store(value, pointer)
+                        put(value, builder.add(row_start, narrow(col)))
             return context.get_dummy_value()
 
         return types.none(C, sums, thread, row0, col0), codegen

@@ -39,6 +39,10 @@ Parameters:
   splits         blocks along K per tile of C, adding into C atomically (as `splitk`)
   min_blocks     blocks per SM ptxas must leave registers for (launch_bounds)
   producer       warpgroups of their own (1 or 2) that copy and split B (bm 128 only)
+  swap           1: the block computes a tile of C's transpose as B^T @ A^T (`as_built`), so that
+                 bm runs along N and bn along M, and stores it transposed: a short M then fills
+                 the instruction's N, which steps by 8, where the instruction's M steps by 64
+Tiles of any multiple of 8 columns (bn) and swapped operands take two producer warpgroups.
 """
 
 from __future__ import annotations
@@ -47,97 +51,31 @@ from numba import cuda, float32
 
 from . import warpgroup
 from . import wgmma_layout as wl
-from .base import DeviceLimits, Family, Footprint, Kernel, Schedules, product_shape, tile_origin
-from .intrinsics import ASYNC_COPY_NEEDS, async_commit, async_wait, dynamic_shared_array, rows_aligned
-from .rules import Arch
-from .tiles import OVERHEAD_REGISTERS
+from .base import Family, Kernel, Schedules, product_shape, tile_origin
+from .intrinsics import async_commit, async_wait, dynamic_shared_array, rows_aligned
 from .warp_mma import split_tf32
-from .wgmma_copies import BK, Copies, a_reader, b_splitter, operand_copier, raw_words, skewer
-
-DTYPE = "float32"
-SPACE = {"bm": [64, 128], "bn": [64, 128], "stages": [2, 3, 4], "splits": [1, 2, 4, 8, 16, 32, 64],
-         "min_blocks": [1, 2], "producer": [0, 1, 2]}
-DEFAULT = {"bm": 64, "bn": 64, "stages": 2, "splits": 1, "min_blocks": 1, "producer": 0}
-#: the tile a cold tune tries first (autotune.space.guesses)
-FIRST_TILE = {"bm": 128, "bn": 128, "stages": 4, "min_blocks": 1, "producer": 2}
-#: registers a thread holds besides its two sets of sums: A's big and small parts, for this
-#: tile and the next (with a producer, this tile's only)
-FRAGMENT_REGISTERS = 64
-#: registers per thread of the multiplying warpgroups, and of the producers by their count, which a
-#: launch of three warpgroups (168 each) or four (128 each) can move between them
-CONSUMER_REGISTERS = 192
-PRODUCER_REGISTERS = {1: 120, 2: 64}
-#: producer counts whose copies and splits are straight-line code (wgmma_copies.unrolled_copier)
-STRAIGHT_PRODUCERS = (2,)
-#: a multiplying thread's registers besides sums and A's parts, where it copies nothing
-CONSUMER_OVERHEAD = 32
-#: named barriers: "full" and "empty" of split stage s are FULL + s and EMPTY + s
-FULL, EMPTY, PRODUCERS_ONLY = 1, 3, 5
-
-
-def raw_stage_words(config: dict, layout: str | None = None, unaligned: str = "") -> tuple[int, int]:
-    """float32 of the raw tiles of A and B (wgmma_copies.raw_words) as a build for `layout` and
-    `unaligned` lays them out; with no layout, the most any build of the config takes."""
-    shifts = config["producer"] in STRAIGHT_PRODUCERS
-    if layout is None:
-        return tuple(max(raw_words(config[side], along_k, shifts and shifted) for along_k in (False, True)
-                         for shifted in (False, True)) for side in ("bm", "bn"))
-    return (raw_words(config["bm"], layout[0] == "N", shifts and "A" in unaligned),
-            raw_words(config["bn"], layout[1] == "T", shifts and "B" in unaligned))
-
-
-def shared_bytes(config: dict, dtype: str = DTYPE, layout: str | None = None, unaligned: str = "") -> int:
-    """Two stages of B's split tiles, `stages` raw tiles of A and B (raw_stage_words), and room to
-    align the first split tile to wgmma_layout.TILE_ALIGN."""
-    split_stage = 2 * config["bn"] * wl.ROW_BYTES
-    return 2 * split_stage + config["stages"] * 4 * sum(raw_stage_words(config, layout, unaligned)) + wl.TILE_ALIGN
-
-
-def threads_per_block(config: dict) -> int:
-    return (config["bm"] // wl.ROWS + config["producer"]) * wl.THREADS
-
-
-def estimated_registers(config: dict) -> int:
-    """A multiplying thread's: this tile's sums and the running ones (bn / 2 each), A's parts,
-    and the rest."""
-    if config["producer"]:
-        return config["bn"] + FRAGMENT_REGISTERS // 2 + CONSUMER_OVERHEAD
-    return config["bn"] + FRAGMENT_REGISTERS + OVERHEAD_REGISTERS
-
-
-def footprint(config: dict, dtype: str) -> Footprint:
-    return Footprint(tile=(config["bm"], config["bn"]), bk=BK, threads=threads_per_block(config),
-                     registers=estimated_registers(config), shared=shared_bytes(config, dtype))
-
-
-def instructions(config: dict, dtype: str) -> dict:
-    """wgmma, which sm_90a alone has, and cp.async."""
-    return {warpgroup.INSTRUCTION: warpgroup.TARGET, **ASYNC_COPY_NEEDS}
-
-
-def first_tile(dtype: str, cc: str | None) -> dict | None:
-    """FIRST_TILE for float32 on a GPU with the warpgroup MMA."""
-    return dict(FIRST_TILE) if dtype == DTYPE and cc and Arch.of(cc).has(warpgroup.TARGET) else None
-
-
-def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
-    if dtype != DTYPE:
-        return f"three TF32 products make {DTYPE} only"
-    threads, blocks = threads_per_block(config), config["min_blocks"]
-    if config["producer"] and ((config["bm"], blocks) != (128, 1) or config["stages"] < 3):
-        return "producer warpgroups serve two multiplying ones, one block per SM, through 3 or more stages"
-    if threads * blocks > limits.max_threads_per_sm:
-        return f"{blocks} blocks of {threads} threads > {limits.max_threads_per_sm} threads per SM"
-    shared, allowed = shared_bytes(config), max(limits.max_shared_per_block, limits.max_dynamic_shared_per_block)
-    if shared > allowed:
-        return f"{shared} bytes of shared memory > {allowed}"
-    regs = estimated_registers(config)
-    budget = min(limits.max_registers_per_thread, limits.max_registers_per_block // (threads * blocks))
-    if config["producer"]:
-        budget = CONSUMER_REGISTERS
-    if regs > budget:
-        return f"needs ~{regs} registers per thread; {blocks} block(s) of {threads} threads leave {budget}"
-    return None
+from .wgmma_copies import BK, Copies, a_reader, b_splitter, operand_copier, skewer
+from .wgmma_space import (
+    CONSUMER_REGISTERS,
+    DEFAULT,
+    DTYPE,
+    EMPTY,
+    FULL,
+    PRODUCER_REGISTERS,
+    PRODUCERS_ONLY,
+    SPACE,
+    STRAIGHT_PRODUCERS,
+    as_built,
+    c_tile,
+    first_tile,
+    fit,
+    footprint,
+    instructions,
+    raw_stage_words,
+    restrict,
+    shared_bytes,
+    threads_per_block,
+)
 
 
 def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Kernel:
@@ -148,13 +86,15 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
     PRODUCERS = config["producer"]
     WORKERS = PRODUCERS * wl.THREADS if PRODUCERS else THREADS  # the threads that copy and split B
     STRAIGHT = PRODUCERS in STRAIGHT_PRODUCERS
-    A_ALONG_K, B_ALONG_K = layout[0] == "N", layout[1] == "T"
+    SWAP = bool(config.get("swap"))
+    built, built_unaligned = as_built(config, layout, unaligned)  # the roles' operands: A and B, or B and A
+    A_ALONG_K, B_ALONG_K = built[0] == "N", built[1] == "T"
     B_TILE = BN * wl.ROW_BYTES  # bytes of one split tile of B
     SPLIT_STAGE = 2 * B_TILE  # its big and small parts
     A_RAW, B_RAW = raw_stage_words(config, layout, unaligned)
     RAW0, RAW_STAGE = 2 * SPLIT_STAGE // 4, A_RAW + B_RAW  # words
     SHARED = shared_bytes(config, dtype, layout, unaligned)
-    copies_a, copies_b = Copies(STRAIGHT, "A" not in unaligned), Copies(STRAIGHT, "B" not in unaligned)
+    copies_a, copies_b = Copies(STRAIGHT, "A" not in built_unaligned), Copies(STRAIGHT, "B" not in built_unaligned)
     # where A lies along K, a thread's rows r and r + 8 hold their 16-byte words at 4 (r & 1) ^ c, so
     # that a quarter warp's reads fall on distinct banks; B's rows, read down a column, at (r & 7) ^ c
     copy_a = operand_copier(BM, A_ALONG_K, (1, 2), WORKERS, offset_bits, copies_a)
@@ -170,9 +110,9 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
     zeros, add, pin = warpgroup.zeros(BN // 2), warpgroup.add(), warpgroup.pin()
     fence, commit, wait, proxy_fence = warpgroup.fence(), warpgroup.commit(), warpgroup.wait(), warpgroup.proxy_fence()
     commit_copies, wait_copies = async_commit(), async_wait(STAGES - 2)
-    store, biases = warpgroup.store_sums(BN, offset_bits, SPLITS > 1), warpgroup.biases(BN)
+    store, biases = warpgroup.store_sums(BN, offset_bits, SPLITS > 1, SWAP), warpgroup.biases(BN, SWAP)
     descriptor = warpgroup.descriptor
-    origin, dims = tile_origin(BM, BN), product_shape(layout)
+    origin, dims = tile_origin(BM, BN), product_shape(built)
     arrive, meet = warpgroup.barrier(THREADS, True), warpgroup.barrier(THREADS, False)
     meet_producers = warpgroup.barrier(WORKERS, False)
     fewer = warpgroup.registers(PRODUCER_REGISTERS.get(PRODUCERS, 0), False)
@@ -283,22 +223,27 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
         return total
 
     def wgmma_roles(A, B, C, bias=None):
+        if SWAP:  # the block's first operand is B^T, its second A^T (as_built)
+            X, Y = B, A
+        else:
+            X, Y = A, B
         words = shared()
         tid = cuda.threadIdx.x
         pad = ((-address(words)) & (wl.TILE_ALIGN - 1)) >> 2  # words to the first aligned one
-        M, N, K = dims(A, B)
+        M, N, K = dims(X, Y)
         row0, col0 = origin(M, N)
         k_begin, k_end, tiles = k_range(K)
         if tid < WORKERS:
             fewer()
-            produce(A, B, words, pad + RAW0, pad, row0, col0, k_begin, k_end, tiles, tid)
+            produce(X, Y, words, pad + RAW0, pad, row0, col0, k_begin, k_end, tiles, tid)
         else:
             more()
             me = tid - WORKERS
-            total = consume(words, pad + RAW0, address(words) + 4 * pad, tiles, me, skew_a(A, row0))
+            total = consume(words, pad + RAW0, address(words) + 4 * pad, tiles, me, skew_a(X, row0))
             if bias is not None:
-                if cuda.blockIdx.y == 0:  # one split adds it
-                    total = add(total, biases(bias, me & (wl.THREADS - 1), col0))
+                if cuda.blockIdx.y == 0:  # one split adds it; swapped, along the sums' rows
+                    first = row0 + wl.ROWS * (me >> 7) if SWAP else col0
+                    total = add(total, biases(bias, me & (wl.THREADS - 1), first))
             store(C, total, me & (wl.THREADS - 1), row0 + wl.ROWS * (me >> 7), col0)
 
     def wgmma_matmul(A, B, C, bias=None):
@@ -353,7 +298,7 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
         store(C, total, tid & (wl.THREADS - 1), row0 + wl.ROWS * (tid >> 7), col0)
 
     body = wgmma_roles if config["producer"] else wgmma_matmul
-    return Kernel("wgmma", dict(config), dtype, body, block=(THREADS,), tile=(BM, BN), splits=SPLITS,
+    return Kernel("wgmma", dict(config), dtype, body, block=(THREADS,), tile=c_tile(config), splits=SPLITS,
                   min_blocks=config["min_blocks"], layout=layout, offset_bits=offset_bits,
                   unaligned="".join(name for name in "AB" if name in unaligned), dynamic_shared=SHARED)
 
@@ -361,4 +306,4 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
 #: a tile computed whole or with K split by the config's own `splits`
 FAMILY = Family(name="wgmma", space=SPACE, default=DEFAULT, restrict=restrict, build=build, first_guess=-1,
                 shared_bytes=shared_bytes, precision="tf32x3", instructions=instructions, footprint=footprint,
-                schedules=Schedules(whole="wgmma", split="wgmma"), first_tile=first_tile)
+                schedules=Schedules(whole="wgmma", split="wgmma"), first_tile=first_tile, fit=fit)

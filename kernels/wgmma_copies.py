@@ -28,6 +28,39 @@ SHIFTED_ROW = BK + 4
 SHIFTED_PAD = 2 * PAD + 4
 
 
+def tasks(majors: int, per: int, threads: int, minor_first: bool = False):
+    """(task, steps): task(i, tid) -> (major, minor, inside) of straight-line step i of thread
+    tid, over `majors` x `per` tasks. Each step takes threads // per whole majors, the thread's
+    minor the same in every step and its major a constant further, so that the places it works on
+    are one offset plus constants. A power of two `per` takes shifts of the thread's index; where
+    the tasks fill every step (`even`: every tile of 64 or 128 columns) each thread works in each,
+    else the threads past the last major sit out (tiles of any 8 columns, kernels.wgmma's bn).
+    `minor_first`: the shifts in the order B's split computed them, which its PTX keeps."""
+    ROWS, SHIFT, MASK = threads // per, per.bit_length() - 1, per - 1
+    if even(majors * per, per, threads):
+        @cuda.jit(device=True, inline="always")
+        def every(i, tid):
+            if minor_first:
+                minor = tid & MASK
+                return (tid >> SHIFT) + i * ROWS, minor, True
+            return (tid >> SHIFT) + i * ROWS, tid & MASK, True
+
+        return every, majors * per // threads
+
+    @cuda.jit(device=True, inline="always")
+    def task(i, tid):
+        major = tid // per + i * ROWS
+        return major, tid % per, tid < ROWS * per and major < majors
+
+    return task, -(-majors // ROWS)
+
+
+def even(count: int, per: int, threads: int) -> bool:
+    """Whether `count` tasks laid out `per` to a major index fill every step of `threads` alike,
+    each thread's minor index the same from step to step (shifts of its index serve them)."""
+    return per & (per - 1) == 0 and threads % per == 0 and count % threads == 0
+
+
 def raw_copier(rows: int, along_k: bool, swizzle: tuple[int, int], width: int, threads: int, offset_bits: int):
     """copy(X, words, at, origin, k0, k_end, tid): start copying one operand's `rows` x BK tile
     into the raw tile at word `at` of shared `words`, `width` elements a copy. Element (r, k) is
@@ -40,9 +73,11 @@ def raw_copier(rows: int, along_k: bool, swizzle: tuple[int, int], width: int, t
         PER_ROW = BK // width
         COUNT = rows * PER_ROW // threads
 
+        ROLLED = rows & (rows - 1) != 0  # see copy_across_k_any
+
         @cuda.jit(device=True)
         def copy_along_k(X, words, at, origin, k0, k_end, tid):
-            for i in range(COUNT):
+            for i in range(COUNT + (k0 >> 62) * ROLLED):
                 j = tid + i * threads
                 r, k = j // PER_ROW, j % PER_ROW * width
                 row, col = origin + r, k0 + k
@@ -64,7 +99,21 @@ def raw_copier(rows: int, along_k: bool, swizzle: tuple[int, int], width: int, t
             inside = row < k_end and col < X.shape[1]
             copy(words, (at + k * (rows + PAD) + r,), X, (row if inside else 0, col if inside else 0), inside)
 
-    return copy_across_k
+    if even(BK * PER_K, PER_K, threads):
+        return copy_across_k
+    task, steps = tasks(BK, PER_K, threads)
+
+    @cuda.jit(device=True)
+    def copy_across_k_any(X, words, at, origin, k0, k_end, tid):
+        # a bound the compiler cannot count (k0 >= 0), so that the loop stays rolled: unrolled, its
+        # steps' places, each a division's remainder, took more registers than a producer has
+        for i in range(steps + (k0 >> 62)):
+            k, w, inside = task(i, tid)
+            row, col = k0 + k, origin + w * width
+            inside = inside and row < k_end and col < X.shape[1]
+            copy(words, (at + k * (rows + PAD) + w * width,), X, (row if inside else 0, col if inside else 0), inside)
+
+    return copy_across_k_any
 
 
 @dataclass(frozen=True)
@@ -148,7 +197,7 @@ def shifted_copier(rows: int, along_k: bool, threads: int, offset_bits: int):
     end but inside X are read, and never used."""
     copy, skew_of = word_copy(offset_bits), skewer(along_k)
     if along_k:
-        STEP_ROWS, WORDS = threads // (BK // 4), BK // 4  # words of an aligned row
+        WORDS = BK // 4  # words of an aligned row
 
         @cuda.jit(device=True)
         def word_along_k(X, words, at, origin, k0, k_end, r, w, skew):
@@ -159,11 +208,15 @@ def shifted_copier(rows: int, along_k: bool, threads: int, offset_bits: int):
             copy(words, (at + r * SHIFTED_ROW + 4 * w,), X, (row if count else 0, max(left, k0) if count else 0),
                  count)
 
+        task, count = tasks(rows, WORDS, threads)
+
         @cuda.jit(device=True)
         def step_along_k(i, X, words, at, origin, k0, k_end, tid, skew):
-            word_along_k(X, words, at, origin, k0, k_end, (tid >> 3) + i * STEP_ROWS, tid & 7, skew)
+            r, w, inside = task(i, tid)
+            if inside:
+                word_along_k(X, words, at, origin, k0, k_end, r, w, skew)
 
-        steps = unrolled(step_along_k, rows * WORDS // threads)
+        steps = unrolled(step_along_k, count)
 
         @cuda.jit(device=True)
         def copy_along_k(X, words, at, origin, k0, k_end, tid, wide):
@@ -174,7 +227,7 @@ def shifted_copier(rows: int, along_k: bool, threads: int, offset_bits: int):
 
         return copy_along_k
     PER_K = rows // 4  # 16-byte words along one k of an aligned tile
-    LOG_PER_K, STEP_K, SLOT = PER_K.bit_length() - 1, threads // PER_K, rows + SHIFTED_PAD
+    SLOT = rows + SHIFTED_PAD
 
     @cuda.jit(device=True)
     def word_across_k(X, words, at, origin, k0, k_end, k, w, skew):
@@ -183,11 +236,15 @@ def shifted_copier(rows: int, along_k: bool, threads: int, offset_bits: int):
         count = min(max(X.shape[1] - left, 0), 4) if row < k_end else 0
         copy(words, (at + k * SLOT + 4 * w,), X, (row if count else 0, max(left, origin) if count else 0), count)
 
+    task, count = tasks(BK, PER_K, threads)
+
     @cuda.jit(device=True)
     def step_across_k(i, X, words, at, origin, k0, k_end, tid, skew):
-        word_across_k(X, words, at, origin, k0, k_end, (tid >> LOG_PER_K) + i * STEP_K, tid & (PER_K - 1), skew)
+        k, w, inside = task(i, tid)
+        if inside:
+            word_across_k(X, words, at, origin, k0, k_end, k, w, skew)
 
-    steps = unrolled(step_across_k, BK * PER_K // threads)
+    steps = unrolled(step_across_k, count)
 
     @cuda.jit(device=True)
     def copy_across_k(X, words, at, origin, k0, k_end, tid, wide):
@@ -203,32 +260,43 @@ def unrolled_copier(rows: int, along_k: bool, swizzle: tuple[int, int], threads:
     """raw_copier's copy of 16 bytes a copy, as straight-line steps whose indices are shifts of the
     thread's index and constants: a thread copies the same words of every K-tile, so what does not
     depend on the tile's k0 can leave the K-loop (the rolled loop divides signed indices anew
-    each tile)."""
+    each tile). Tiles whose words do not fill the steps evenly (`even`) take `tasks`' indices."""
     copy = async_copy(4, offset_bits)
     MASK, SHIFT = swizzle
     if along_k:
-        STEP_ROWS = threads // (BK // 4)  # rows apart from one step to the next
 
         @cuda.jit(device=True)
-        def step_along_k(i, X, words, at, origin, k0, k_end, tid):
-            r, w = (tid >> 3) + i * STEP_ROWS, tid & 7
+        def word_along_k(X, words, at, origin, k0, k_end, r, w):
             row, col = origin + r, k0 + 4 * w
             inside = row < X.shape[0] and col < k_end
             place = at + r * BK + ((w ^ ((r & MASK) << SHIFT)) << 2)
             copy(words, (place,), X, (row if inside else 0, col if inside else 0), inside)
 
-        return unrolled(step_along_k, rows * (BK // 4) // threads)
-    PER_K = rows // 4  # 16-byte words along one k of the tile
-    LOG_PER_K, STEP_K = PER_K.bit_length() - 1, threads // PER_K
+        task, steps = tasks(rows, BK // 4, threads)
+
+        @cuda.jit(device=True)
+        def step_along_k(i, X, words, at, origin, k0, k_end, tid):
+            r, w, inside = task(i, tid)
+            if inside:
+                word_along_k(X, words, at, origin, k0, k_end, r, w)
+
+        return unrolled(step_along_k, steps)
 
     @cuda.jit(device=True)
-    def step_across_k(i, X, words, at, origin, k0, k_end, tid):
-        k, r = (tid >> LOG_PER_K) + i * STEP_K, (tid & (PER_K - 1)) << 2
+    def word_across_k(X, words, at, origin, k0, k_end, k, r):
         row, col = k0 + k, origin + r
         inside = row < k_end and col < X.shape[1]
         copy(words, (at + k * (rows + PAD) + r,), X, (row if inside else 0, col if inside else 0), inside)
 
-    return unrolled(step_across_k, BK * PER_K // threads)
+    task, steps = tasks(BK, rows // 4, threads)  # 16-byte words along one k of the tile
+
+    @cuda.jit(device=True)
+    def step_across_k(i, X, words, at, origin, k0, k_end, tid):
+        k, w, inside = task(i, tid)
+        if inside:
+            word_across_k(X, words, at, origin, k0, k_end, k, w << 2)
+
+    return unrolled(step_across_k, steps)
 
 
 def b_splitter(bn: int, along_k: bool, a_raw: int, workers: int, straight: bool, shifted: bool = False):
@@ -240,7 +308,7 @@ def b_splitter(bn: int, along_k: bool, a_raw: int, workers: int, straight: bool,
     steps whose places are shifts of the thread's index and constants. With `shifted`, the raw
     tile is shifted_copier's, whose rows start where `skew` (skewer's) says."""
     load1, store4, split = scalar_access(64)[0], vector_store(4), split_tf32(0)
-    TASKS, SMALL, LOG_BN, SLOT = bn * 8 // workers, bn * BK, bn.bit_length() - 1, bn + SHIFTED_PAD
+    TASKS, SMALL, SLOT = bn * 8 // workers, bn * BK, bn + SHIFTED_PAD
 
     @cuda.jit(device=True)
     def b_column(words, raw_b, n, q, i, skew):
@@ -275,15 +343,18 @@ def b_splitter(bn: int, along_k: bool, a_raw: int, workers: int, straight: bool,
                 q, n = task // bn, task % bn
             split_word(words, raw, stage, n, q, skew)
 
+    task, steps = tasks(bn, 8, workers) if along_k else tasks(8, bn, workers, minor_first=True)
+
     @cuda.jit(device=True)
     def split_b_word(j, words, raw, stage, tid, skew):
-        """split_b's task tid + j workers."""
-        if along_k:
-            split_word(words, raw, stage, (tid >> 3) + j * (workers >> 3), tid & 7, skew)
-        else:
-            split_word(words, raw, stage, tid & (bn - 1), (tid >> LOG_BN) + j * (workers >> LOG_BN), skew)
+        """split_b's tasks of straight-line step j: column n's word q, n a row of B's raw tile
+        (along K) or a column of it (across K)."""
+        major, minor, inside = task(j, tid)
+        if inside:
+            n, q = (major, minor) if along_k else (minor, major)
+            split_word(words, raw, stage, n, q, skew)
 
-    return unrolled(split_b_word, TASKS) if straight else split_b
+    return unrolled(split_b_word, steps) if straight else split_b
 
 
 def a_reader(bm: int, along_k: bool, shifted: bool):

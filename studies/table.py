@@ -17,8 +17,8 @@ I-th, so that the work can span device calls sharing one --store; `studies/gpu.s
 
     python3 studies/table.py measure --out PART.json --seeds 2222 4444 5555 6666 7777 --count 20 \
         --skinny 7 --skinny-count 24 [--part 0/2] [--shapes 1500x1500x1500 ...] [--dry]
-    python3 studies/table.py retime --changed stream|unaligned|unaligned-c|wgmma-unaligned --out PART.json [--part 0/2]
-    python3 studies/table.py extend --family wgmma [--odd-count 16] --out PART.json [--part 0/2] [--table T]
+    python3 studies/table.py retime --changed stream|unaligned|unaligned-c|wgmma-unaligned|wgmma-fit --out PART.json
+    python3 studies/table.py extend --family wgmma [--tile JSON ...] [--odd-count 16] --out PART.json [--table T]
     python3 studies/table.py records --out FILE.json [--dtype float32] [--label L]
     python3 studies/table.py jobs JOBS.json --out FILE.json
 
@@ -37,9 +37,10 @@ over its speed now scales the new speeds onto the table's (the `anchored` step o
 registers (wide_fetch without async_copy); `unaligned-c`, at shapes with N not a multiple of 4 the
 candidates that add into C (K split or streamed) and ran within --within of the shape's best;
 `wgmma-unaligned` (step 48), at shapes with N or K not a multiple of 4 the wgmma candidates with
-straight-line producers, which move unaligned rows as whole 16-byte words.
+straight-line producers, which move unaligned rows as whole 16-byte words; `wgmma-fit` (step 55), at
+every shape the wgmma candidates whose fit (kernels.wgmma_space.fit) gives a width other than 64 or 128.
 
-`extend` (step 40): a family's tiles (family_tiles) at the table's shapes, under the policies its
+`extend` (step 40): a family's tiles (family_tiles), and any --tile (step 55), at the table's shapes, under the policies its
 schedules have (autotune.select.neighbours.policies_for), each shape anchored by its best earlier
 candidate; and --odd-count large shapes with unaligned rows (odd_shapes) with every candidate.
 
@@ -155,6 +156,13 @@ STEP53_GEMV = {"gemv": "795d2611daf6bfd7"}
 #: gemv's streamed B and A read as vectors (parameters off by default): the same PTX for the
 #: records written before and for the rows tuned on the step's builds (studies/ptx_same.py)
 STEP54_GEMV = {"gemv": "145b2f58c86dbc6b"}
+#: every family's source hash after step 55 gave wgmma tiles of any 8 columns and swapped operands
+#: (`swap`, off by default) and the families' contract a fit (Family.fit): the same sm_90 PTX for
+#: every shipped record and for wgmma's unaligned builds of 64 and 128 columns (studies/ptx_same.py)
+STEP55_HASHES = {"wgmma": "88cbd4242895e853", "dmma": "5121d31a1bba56d0", "tf32x3": "ab4e40a458b2a159",
+                 "vector": "c88cd9cb5ad52dd3", "splitk": "fc8bf11de7ce70c0", "register": "84a0f1ce235d0442",
+                 "streamk": "39fa2f648fc3e7ea", "shared": "68a6bacdc3ccf22c", "naive": "ba8ea83320e1f98c",
+                 "gemv": "3f95b3df9fa1ef4d"}
 
 SHIPPED = {
     "measured/nvidia-h200.json.xz": [
@@ -211,6 +219,17 @@ SHIPPED = {
         {"step": "relabel", "commit": "step 51 (issue 39)", "field": "wgmma_kernels", "hashes": STEP51_SAME,
          "what": "step 51: dmma's copies as one offset a thread and two fragment sets, which leave the other "
                  "families' PTX as it was"},
+        {"step": "relabel", "commit": "step 55 (issue 39)", "field": "wgmma_kernels", "hashes": STEP55_HASHES,
+         "what": "step 55: wgmma's tiles of any 8 columns and swapped operands, off by default, and the families' "
+                 "fit, which leave every kernel's PTX as it was"},
+        {"step": "anchored", "commit": "step 55 (issue 39)", "field": "wgmma_kernels",
+         "what": "step 55: the unswapped wgmma tiles with two producers, narrowed to an N under their width "
+                 "(kernels.wgmma.fit), timed again at the 22 shapes where that changed their config, anchored",
+         "parts": ["h200/step55/table/retime.json.xz"]},
+        {"step": "extended", "commit": "step 55 (issue 39)", "field": "wgmma_kernels",
+         "what": "step 55: two swapped wgmma tiles (bn 128 and 64, two producers), their columns fitted to M, "
+                 "whole and split to fill waves, at every shape, each anchored by its best earlier candidate",
+         "parts": ["h200/step55/table/extend.json.xz"]},
     ],
     "records/nvidia-h200.json": [
         {"step": "promote", "commit": "9494194", "file": "h200/step25/retimed.json.xz",
@@ -308,6 +327,9 @@ SHIPPED = {
                  "gemv --layout NT --trials 30`), B streamed and A read as vectors in the space; three new rows"},
         {"step": "relabel", "commit": "step 54 (issue 39)", "hashes": STEP54_GEMV,
          "what": "step 54: gemv's docstring and names after the tuning: the same sm_90 PTX for the three rows"},
+        {"step": "relabel", "commit": "step 55 (issue 39)", "hashes": STEP55_HASHES,
+         "what": "step 55: wgmma's tiles of any 8 columns and swapped operands, off by default, and the families' "
+                 "fit: the same sm_90 PTX for every record (studies/ptx_same.py)"},
     ],
     "records/nvidia-h100-80gb-hbm3.json": [
         {"step": "promote", "commit": "step 39 (issue 39)", "file": "h100/step39/tune/tuned.json.xz",
@@ -384,6 +406,9 @@ SHIPPED = {
         {"step": "relabel", "commit": "step 54 (issue 39)", "hashes": STEP54_GEMV,
          "what": "step 54: gemv's streamed B and A read as vectors, off by default: the same sm_90 PTX for both "
                  "records as on the code they were tuned on"},
+        {"step": "relabel", "commit": "step 55 (issue 39)", "hashes": STEP55_HASHES,
+         "what": "step 55: wgmma's tiles of any 8 columns and swapped operands, off by default, and the families' "
+                 "fit: the same sm_90 PTX for every record (studies/ptx_same.py)"},
     ],
 }
 
@@ -408,7 +433,7 @@ def built_table(steps: list[dict], root: Path, loo: bool = False) -> str:
         elif step["step"] == "anchored":
             anchored(table, parts, step["field"])
         elif step["step"] == "extended":
-            if parts[0]["tiles"][:len(table["tiles"])] != table["tiles"]:
+            if gained(parts[0]["tiles"])[:len(table["tiles"])] != table["tiles"]:
                 raise SystemExit(f"{step['commit']}: the parts extend other tiles than the table's")
             extended(table, parts, step["field"])
         elif step["step"] == "feasible":
@@ -588,7 +613,7 @@ SKINNY_VARIANTS = [
     {"bm": 256, "bn": 256, "bk": 16, "tm": 8, "tn": 8},
     {"bm": 128, "bn": 128, "bk": 32, "tm": 4, "tn": 4},
 ]
-CHANGED = ("stream", "unaligned", "unaligned-c", "wgmma-unaligned")
+CHANGED = ("stream", "unaligned", "unaligned-c", "wgmma-unaligned", "wgmma-fit")
 #: the sizes of `extend --odd-count`'s shapes: large products, which the seeded shapes' odd ones
 #: seldom are
 ODD_RANGE = (1024, 8192)
@@ -705,9 +730,13 @@ def changed_by(what: str):
     if what == "unaligned-c":
         return lambda family, params: adds_into_c(params)
     if what == "wgmma-unaligned":
-        from kernels.wgmma import STRAIGHT_PRODUCERS
+        from kernels.wgmma_space import STRAIGHT_PRODUCERS
 
         return lambda family, params: family == "wgmma" and params.get("producer") in STRAIGHT_PRODUCERS
+    if what == "wgmma-fit":
+        from kernels.wgmma_space import ROLLED_WIDTHS
+
+        return lambda family, params: family == "wgmma" and params["bn"] not in ROLLED_WIDTHS
     raise ValueError(what)
 
 
@@ -788,6 +817,8 @@ def retime_jobs(table: dict, what: str, part: str, within: float) -> list[dict]:
         tiles = list(enumerate(table["tiles"]))
         return [j for shape in part_of(table["shapes"], part) for j in added_jobs(table, shape, tiles, (STREAM,))]
     changed = changed_by(what)
+    if what == "wgmma-fit":
+        return [j for shape in part_of(table["shapes"], part) for j in changed_jobs(table, shape, changed)]
     if what in ("unaligned", "wgmma-unaligned"):
         shapes = [s for s in table["shapes"] if s["n"] % 4 or s["k"] % 4]
         return [j for shape in part_of(shapes, part) for j in changed_jobs(table, shape, changed)]
@@ -1019,7 +1050,7 @@ def extend_main(args: argparse.Namespace) -> None:
 
     began = time.perf_counter()
     table = read_json(Path(args.table))
-    added = family_tiles(args.family) if args.family else []
+    added = (family_tiles(args.family) if args.family else []) + [json.loads(tile) for tile in args.tile]
     tiles = table["tiles"] + [tile for tile in added if tile not in table["tiles"]]
     new = [(index, tile) for index, tile in enumerate(tiles) if tile in added]
     jobs = [j for shape in part_of(table["shapes"], args.part) for j in added_jobs(table, shape, new)] if new else []
@@ -1030,7 +1061,7 @@ def extend_main(args: argparse.Namespace) -> None:
                       for name in s["gflops"]} | {index for index, _ in new}
         jobs += training_jobs(shapes, tiles, everywhere)
     builds = len({build_key(j) for j in jobs})
-    print(f"{len(new)} tiles of {args.family}, {len(jobs)} jobs, {builds} builds", flush=True)
+    print(f"{len(new)} tiles, {len(jobs)} jobs, {builds} builds", flush=True)
     if args.dry:
         Path(args.out).write_text(json.dumps(jobs, indent=0))
     else:
@@ -1077,6 +1108,8 @@ def main() -> int:
             sub.add_argument("--table", default=str(DATA / "measured" / "nvidia-h200.json.xz"))
         if name == "extend":
             sub.add_argument("--family", help="a family whose tiles (family_tiles) to add at every shape")
+            sub.add_argument("--tile", action="append", default=[],
+                             help='a tile to add at every shape, as JSON with its "family"')
             sub.add_argument("--odd-count", type=int, default=0, help="shapes (odd_shapes) to add with every tile")
             sub.add_argument("--odd", type=int, default=11, help="odd_shapes' seed")
         if name == "retime":

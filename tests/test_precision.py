@@ -45,7 +45,7 @@ def pretend_h200(monkeypatch):
     memos.clear()
 
 
-def row(family: str, params: dict, gflops: float, shape=(32, 16, 24), **fields) -> Row:
+def row(family: str, params: dict, gflops: float, shape=(32, 16, 256), **fields) -> Row:
     m, n, k = shape
     return Row(device=H200, cc="9.0", sm_count=132, dtype="float32", m=m, n=n, k=k, family=family, params=params,
                 gflops=gflops, source_hash=kernels.source_hash(family), **fields)
@@ -63,19 +63,31 @@ def test_an_ieee_lookup_never_serves_a_tensor_core_row_and_tf32x3_takes_the_fast
     Cache().record(row("tf32x3", TF32X3, 900.0))
     Cache().record(row("vector", VECTOR, 500.0))
     memos.clear()
-    assert autotune.lookup(32, 16, 24).family == "vector"
-    faster = autotune.lookup(32, 16, 24, precision="tf32x3")
+    assert autotune.lookup(32, 16, 256).family == "vector"
+    faster = autotune.lookup(32, 16, 256, precision="tf32x3")
     assert (faster.family, faster.precision, faster.source) == ("tf32x3", "tf32x3", "exact")
     Cache().record(row("vector", VECTOR, 1000.0))
     memos.clear()
-    assert autotune.lookup(32, 16, 24, precision="tf32x3").family == "vector"
+    assert autotune.lookup(32, 16, 256, precision="tf32x3").family == "vector"
     assert {(r.family, r.precision) for r in Cache().rows()} == {("tf32x3", "tf32x3"), ("vector", "ieee")}
+
+
+def test_a_short_k_takes_the_ieee_kernels_in_any_precision():
+    """Below precision.MIN_K terms the tensor cores' float32 errs more than cuBLAS's (docs/performance.md,
+    step 55): neither lookup nor a tune offers them there, a row of them included."""
+    k = precision.MIN_K["tf32x3"]
+    Cache().record(row("tf32x3", TF32X3, 900.0, shape=(32, 16, k - 1)))
+    memos.clear()
+    assert autotune.lookup(32, 16, k - 1, precision="tf32x3").precision == "ieee"
+    assert not precision.allows("tf32x3", "tf32x3", k - 1) and precision.allows("tf32x3", "tf32x3", k)
+    assert precision.allows("tf32x3", "ieee", 1)
+    assert not {"wgmma", "tf32x3"} & set(TuneRequest(64, 64, k - 1, precision="tf32x3").families_on("9.0"))
 
 
 def test_no_ieee_row_at_the_shape_means_a_fallback_not_the_tensor_cores():
     Cache().record(row("tf32x3", TF32X3, 900.0))
     memos.clear()
-    choice = autotune.lookup(32, 16, 24)
+    choice = autotune.lookup(32, 16, 256)
     assert choice.family != "tf32x3" and choice.source != "exact" and choice.precision == "ieee"
 
 
@@ -109,23 +121,23 @@ def test_the_simulator_gives_ieee_answers_through_tf32x3_as_a_user_would_meet_it
     A, B = rng.uniform(0.5, 1.5, (32, 24)).astype(np.float32), rng.uniform(0.5, 1.5, (24, 16)).astype(np.float32)
     A[1, 2], A[3, 4], A[5, 6] = math.inf, -math.inf, math.nan
     C = autotune.matmul(A, B, precision="tf32x3")
-    assert autotune.lookup(32, 16, 24, precision="tf32x3").family == "tf32x3"
+    assert autotune.lookup(32, 16, 256, precision="tf32x3").family == "tf32x3"
     assert np.isposinf(C[1]).all() and np.isneginf(C[3]).all() and np.isnan(C[5]).all()
     assert np.isfinite(np.delete(C, [1, 3, 5], axis=0)).all()
 
 
 def test_a_tune_searches_the_families_its_precision_allows_and_names_its_study_so():
-    assert "tf32x3" not in TuneRequest(64, 64, 64).families_on("9.0")
-    assert TuneRequest(64, 64, 64, precision="tf32x3").families_on("9.0")[:2] == ["wgmma", "tf32x3"]
-    assert TuneRequest(64, 64, 64).study_precision("9.0") == "ieee"  # it leaves tf32x3 out
-    assert TuneRequest(64, 64, 64, precision="tf32x3").study_precision("9.0") is None  # names as before
-    assert TuneRequest(64, 64, 64, dtype="float64").study_precision("9.0") is None  # IEEE either way
-    assert TuneRequest(64, 64, 64).study_precision("7.5") is None  # no tensor cores to leave out
+    assert "tf32x3" not in TuneRequest(64, 64, 256).families_on("9.0")
+    assert TuneRequest(64, 64, 256, precision="tf32x3").families_on("9.0")[:2] == ["wgmma", "tf32x3"]
+    assert TuneRequest(64, 64, 256).study_precision("9.0") == "ieee"  # it leaves tf32x3 out
+    assert TuneRequest(64, 64, 256, precision="tf32x3").study_precision("9.0") is None  # names as before
+    assert TuneRequest(64, 64, 256, dtype="float64").study_precision("9.0") is None  # IEEE either way
+    assert TuneRequest(64, 64, 256).study_precision("7.5") is None  # no tensor cores to leave out
     assert study_name(Problem(H200, "float32", 1, 2, 3, "TN", "ieee"), narrowed=True).startswith(f"mmtune:{H200}:float32:1x2x3:TN:ieee:space-")
     with pytest.raises(TuneError, match="unknown precision 'fast'"):
-        TuneRequest(64, 64, 64, precision="fast").check()
+        TuneRequest(64, 64, 256, precision="fast").check()
     with pytest.raises(TuneError, match="tf32x3 kernels do not multiply float64"):
-        TuneRequest(64, 64, 64, dtype="float64", families=["tf32x3"]).check()
+        TuneRequest(64, 64, 256, dtype="float64", families=["tf32x3"]).check()
 
 
 def test_the_fleet_reads_study_names_of_a_precision():
@@ -140,7 +152,7 @@ def test_the_fleet_reads_study_names_of_a_precision():
 def test_the_kernel_store_remembers_each_precisions_choice(tmp_path):
     ieee, tensor = row("vector", VECTOR, 500.0), row("tf32x3", TF32X3, 900.0, precision="tf32x3")
     shapes.remember_preferred([ieee, tensor], tmp_path)
-    asked = Problem(H200, "float32", 32, 16, 24)
+    asked = Problem(H200, "float32", 32, 16, 256)
     assert shapes.recall(asked, tmp_path) == Config.of("vector", VECTOR)
     assert shapes.recall(replace(asked, precision="tf32x3"), tmp_path) == Config.of("tf32x3", TF32X3)
     shapes.remember_preferred([tensor], tmp_path / "other")
@@ -154,9 +166,9 @@ def invoke(*args):
 def test_the_cli_takes_a_precision_in_any_case_and_refuses_others_in_one_line():
     Cache().record(row("tf32x3", TF32X3, 900.0))
     Cache().record(row("vector", VECTOR, 500.0))
-    found = invoke("lookup", "--m", 32, "--n", 16, "--k", 24, "--precision", "TF32X3")
+    found = invoke("lookup", "--m", 32, "--n", 16, "--k", 256, "--precision", "TF32X3")
     assert found.exit_code == 0 and found.stdout.startswith("exact: tf32x3 {") and "(tf32x3)" in found.stdout
-    assert invoke("lookup", "--m", 32, "--n", 16, "--k", 24).stdout.startswith("exact: vector {")
+    assert invoke("lookup", "--m", 32, "--n", 16, "--k", 256).stdout.startswith("exact: vector {")
     listed = json.loads(invoke("best", "--json", "--precision", "tf32x3").stdout)
     assert [r["family"] for r in listed] == ["tf32x3"]
     for command in (("lookup", "--m", 4, "--n", 4, "--k", 4), ("best",), ("bench", "--shapes", "4x4x4", "--simulate"),

@@ -10,7 +10,7 @@ from autotune.space.guesses import (
 from kernels.dmma import FIRST_TILE as DMMA_TILE
 from kernels.gemv import FEW_ROWS_TILES as GEMV_TILES
 from kernels.tf32x3 import FIRST_TILE as TF32X3_TILE
-from kernels.wgmma import FIRST_TILE as WGMMA_TILE
+from kernels.wgmma_space import FIRST_TILE as WGMMA_TILE
 from autotune.space.configs import (
     DeviceLimits, GpuLimits, default_config, families_for, feasible_configs, feasible_count, infeasibility, sample_configs,
 )

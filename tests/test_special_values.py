@@ -33,7 +33,8 @@ if ON_GPU:
                   "min_blocks": 1, "mma": "m8n8k4"}],
         "wgmma": [{"bm": 128, "bn": 128, "stages": 4, "splits": 1, "min_blocks": 1, "producer": 1},
                   {"bm": 128, "bn": 128, "stages": 4, "splits": 1, "min_blocks": 1, "producer": 2},
-                  {"bm": 64, "bn": 64, "stages": 3, "splits": 2, "min_blocks": 1, "producer": 0}],
+                  {"bm": 64, "bn": 64, "stages": 3, "splits": 2, "min_blocks": 1, "producer": 0},
+                  {"bm": 128, "bn": 72, "stages": 4, "splits": 1, "min_blocks": 1, "producer": 2, "swap": 1}],
         "gemv": [{"rows": 4, "cols": 64, "threads": 256, "unroll": 4, "splits": 1},
                  {"rows": 4, "cols": 16, "threads": 256, "unroll": 4, "splits": 4}],
     }
@@ -49,9 +50,11 @@ else:
                   "min_blocks": 1},
                  {"mma": "m16n8k4", "bm": 16, "bn": 8, "bk": 8, "warps_m": 1, "warps_n": 1, "stages": 2,
                   "splits": 2, "min_blocks": 1}],
-        # with two producers, the odd rows move as whole 16-byte words (kernels.wgmma_copies.shifted_copier)
+        # with two producers, the odd rows move as whole 16-byte words (kernels.wgmma_copies.shifted_copier);
+        # swapped, C's transpose from B^T A^T, 24 columns along M (step 55)
         "wgmma": [{"bm": 64, "bn": 64, "stages": 2, "splits": 1, "min_blocks": 1, "producer": 0},
-                  {"bm": 128, "bn": 64, "stages": 3, "splits": 2, "min_blocks": 1, "producer": 2}],
+                  {"bm": 128, "bn": 64, "stages": 3, "splits": 2, "min_blocks": 1, "producer": 2},
+                  {"bm": 128, "bn": 24, "stages": 3, "splits": 2, "min_blocks": 1, "producer": 2, "swap": 1}],
         # float64 products of a few rows take gemv (step 53): B streamed in 16-byte pairs, K split;
         # the first past L1 with A read as vectors, as the few-rows rule serves them (step 54)
         "gemv": [{"rows": 4, "cols": 16, "threads": 64, "unroll": 2, "splits": 1, "streamed": True, "a_vectors": True},

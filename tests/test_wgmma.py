@@ -36,7 +36,8 @@ def test_only_sm_90_runs_it_and_its_builds_are_keyed_for_sm_90a():
 def test_an_h100_takes_the_large_tiles_in_its_shared_memory():
     configs = feasible_configs("wgmma", "float32", GpuLimits.for_cc("9.0", 132))
     for producer in (0, 1, 2):
-        assert {"bm": 128, "bn": 128, "stages": 4, "splits": 1, "min_blocks": 1, "producer": producer} in configs
+        tile = {"bm": 128, "bn": 128, "stages": 4, "splits": 1, "min_blocks": 1, "producer": producer, "swap": 0}
+        assert tile in configs
     assert not [c for c in configs if c["bm"] * c["bn"] == 128 * 128 and c["min_blocks"] == 2]  # registers
     assert not [c for c in configs if c["producer"] and (c["bm"] == 64 or c["stages"] == 2)]
     assert kernels.family("wgmma").first_tile("float32", "9.0") and not kernels.family("wgmma").first_tile("float32", "8.0")
@@ -73,21 +74,26 @@ def test_producer_warpgroups_feed_two_multiplying_ones(layout, shape, stages, sp
     K-tiles, then 2, K split in two, the first split adding a bias) and both split stages, 16 bytes a
     copy (B's rows along K, and across it; A's along it, and across it in TT), and over unaligned
     rows (4 stages, 4 K-tiles, the last partial), in the layouts whose A or B the copies transpose."""
-    m, n, k = shape
-    A, B = rng.uniform(-1, 1, (m, k)).astype(np.float32), rng.uniform(-1, 1, (k, n)).astype(np.float32)
-    bias = rng.uniform(-4, 4, n).astype(np.float32) if splits > 1 else np.zeros(n, np.float32)
     config = {"bm": 128, "bn": 64, "stages": stages, "splits": splits, "min_blocks": 1, "producer": producer}
     kernel = kernels.build_for("wgmma", config, "float32", shape, layout)
-    if splits > 1:
-        kernel = kernel.with_bias()
     assert kernel.threads == (2 + producer) * wl.THREADS and kernel.unaligned == ("AB" if layout == "TN" else "")
-    stored_a = np.ascontiguousarray(A.T) if layout[0] == "T" else A
-    stored_b = np.ascontiguousarray(B.T) if layout[1] == "T" else B
-    C = cuda.to_device(np.full((m, n), 0 if splits > 1 else np.nan, np.float32))
+    assert _error_with_bias(kernel, shape, rng) <= 2.0**-21
+
+
+def _error_with_bias(kernel, shape: tuple[int, int, int], rng) -> float:
+    """The kernel's largest error on U[-1, 1] operands stored as its layout says, against what its
+    terms allow; where it splits K, with a bias (which one split adds) into a zeroed C."""
+    m, n, k = shape
+    A, B = rng.uniform(-1, 1, (m, k)).astype(np.float32), rng.uniform(-1, 1, (k, n)).astype(np.float32)
+    bias = rng.uniform(-4, 4, n).astype(np.float32) if kernel.splits > 1 else np.zeros(n, np.float32)
+    if kernel.splits > 1:
+        kernel = kernel.with_bias()
+    stored_a = np.ascontiguousarray(A.T) if kernel.layout[0] == "T" else A
+    stored_b = np.ascontiguousarray(B.T) if kernel.layout[1] == "T" else B
+    C = cuda.to_device(np.full((m, n), 0 if kernel.splits > 1 else np.nan, np.float32))
     kernel(cuda.to_device(stored_a), cuda.to_device(stored_b), C, bias=cuda.to_device(bias) if kernel.bias else None)
     exact = A.astype(np.float64) @ B.astype(np.float64) + bias
-    error = np.abs(C.copy_to_host() - exact) / (np.abs(A) @ np.abs(B) + np.abs(bias))
-    assert error.max() <= 2.0**-21, error.max()
+    return float((np.abs(C.copy_to_host() - exact) / (np.abs(A) @ np.abs(B) + np.abs(bias))).max())
 
 
 def _offset_device(x: np.ndarray, skip: int):
@@ -117,6 +123,40 @@ def test_two_producers_move_unaligned_rows_as_whole_words(layout, skip, rng):
     assert error.max() <= 2.0**-21, error.max()
 
 
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
+@pytest.mark.parametrize("swap, bn, shape, splits",
+                         [(1, 40, (40, 150, 100), 2), (0, 72, (70, 130, 96), 1), (1, 24, (45, 131, 75), 1)])
+def test_tiles_of_any_eight_columns_and_swapped_operands_give_the_product(layout, swap, bn, shape, splits, rng):
+    """Tiles whose columns are not 64 or 128 (their copies and B's split take `tasks`' steps, the
+    last one partial) and swapped operands (the block multiplies B^T by A^T and stores C
+    transposed, the bias added along its rows): K split in two with a bias, two tiles of C along
+    the swapped tile's rows, and rows that are not 16-byte aligned (131 x 75: whole words)."""
+    config = {"bm": 128, "bn": bn, "stages": 3, "splits": splits, "min_blocks": 1, "producer": 2, "swap": swap}
+    kernel = kernels.build_for("wgmma", config, "float32", shape, layout)
+    assert kernel.tile == ((bn, 128) if swap else (128, bn))
+    assert _error_with_bias(kernel, shape, rng) <= 2.0**-21
+
+
+def test_a_tile_fits_a_product_nobody_tuned_along_its_sides():
+    """kernels.wgmma.fit: where two producers build it, a swapped tile's bn covers M in as few
+    tiles as its width needs, each as narrow as 8 columns allow, and an unswapped one narrows to
+    an N it covers once; 64 or 128 otherwise; only two producers build other widths or swap."""
+    from kernels.wgmma_space import fit
+
+    tile = {"bm": 128, "bn": 128, "stages": 4, "min_blocks": 1, "producer": 2, "swap": 0}
+    assert fit(tile, (4096, 100, 64))["bn"] == 104 and fit(tile, (4096, 30, 64))["bn"] == 32
+    assert fit(tile, (4096, 208, 64))["bn"] == 128 and fit(tile, (4096, 832, 64))["bn"] == 128
+    swapped = {**tile, "swap": 1}
+    assert fit(swapped, (96, 4096, 64)) == {**swapped, "bn": 96} and fit(swapped, (144, 4096, 64))["bn"] == 72
+    assert fit(swapped, (4096, 40, 64)) == {**swapped, "bm": 64, "bn": 128}
+    rolled = {**tile, "producer": 0}
+    assert fit(rolled, (4096, 72, 64))["bn"] == 128 and fit(rolled, (4096, 40, 64))["bn"] == 64
+    limits = GpuLimits.for_cc("9.0", 132)
+    for params in ({**tile, "bn": 72, "producer": 1}, {**tile, "producer": 0, "swap": 1}, {**tile, "bn": 132}):
+        assert kernels.family("wgmma").restrict({**params, "splits": 1}, "float32", limits)
+    assert kernels.family("wgmma").restrict({**tile, "bn": 72, "swap": 1, "splits": 1}, "float32", limits) is None
+
+
 @pytest.mark.skipif(ON_GPU, reason="the simulator's layout rule can be swapped")
 @pytest.mark.parametrize("layout", ["NN", "TN"])
 def test_a_wrong_k_permutation_on_one_side_is_caught(layout, monkeypatch, rng):
@@ -142,5 +182,5 @@ def test_a_row_written_before_the_producer_parameter_reads_as_the_code_it_measur
     params = {"bm": 128, "bn": 128, "stages": 4, "splits": 1, "min_blocks": 1}
     row = Row.of({"device": "NVIDIA H200", "dtype": "float32", "m": 4096, "n": 4096, "k": 4096, "family": "wgmma",
                   "params": params, "gflops": 6e4, "source_hash": "b3bf49dceafe423b", "precision": "tf32x3"})
-    assert row.params == {**params, "producer": 0} and row.config.params == row.params
+    assert row.params == {**params, "producer": 0, "swap": 0} and row.config.params == row.params
     assert not stale(row, kernels.source_hashes())

@@ -28,7 +28,8 @@ measured on other kernel code than today's (its source hash differs) is stale: i
 when no fresh row fits at steps 1 and 3, with a one-time warning to re-tune. A deterministic
 lookup skips every config that adds into C (split-K, stream-K: their atomic additions land in any
 order), at every step; a lookup of a precision (autotune.space.precision: "ieee" unless asked) takes
-only configs whose family computes in that precision or a stricter one, at every step.
+only configs whose family computes in that precision or a stricter one, and a tensor-core family
+only for a K of at least autotune.space.precision.MIN_K, at every step.
 A pick whose tiles would spend a whole tile row on C's last few rows leaves those rows to a
 product of their own (`Choice.peel`, kernels.rules.peeled_rows), looked up as any other.
 Lookups and built kernels are memoized per process (autotune.memos); call `autotune.clear()` after
@@ -145,7 +146,7 @@ def _find(problem: Problem, device: Device, deterministic: bool) -> Choice:
         for row in rows:
             match, served = gpu_rank(measured_on(row), device), layout_rank(row, layout)
             if (match is None or served is None or (deterministic and adds_into_c(row.params))
-                    or not allows(wanted, row.precision) or not _usable(row, dtype)):
+                    or not allows(wanted, row.precision, k) or not _usable(row, dtype)):
                 continue
             candidate = Candidate(origin=origin, row=row, match=match, served=served,
                                   distance=shape_distance(problem.shape, row.shape), stale=stale(row, hashes))
@@ -204,7 +205,7 @@ def _measured(problem: Problem, device: Device, deterministic: bool,
     limits = GpuLimits.for_cc(device.cc)
 
     def feasible(family: str, params: dict) -> bool:
-        return (allows(problem.precision, kernels.family(family).precision)
+        return (allows(problem.precision, kernels.family(family).precision, problem.k)
                 and not (deterministic and adds_into_c(params))
                 and infeasibility(family, params, problem.dtype, limits) is None)
 

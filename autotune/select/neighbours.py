@@ -13,8 +13,9 @@ the mean, weighted by 1 / (1 + distance), of the log of its speed over
 the best speed at each neighbour that the lookup may take (its precision, determinism), and the
 best score wins, fitted and split for the shape asked. A neighbour whose rows are aligned
 otherwise than the product's stands farther (`distance`). A tile may also name a family with
-tiles and schedules of its own (a tensor-core family's, step 40): its sides shrink to the family's
-sizes, and K is taken whole or split to fill the waves (FILL). Measured speeds transfer better
+tiles and schedules of its own (a tensor-core family's, step 40): it fits the shape as the family
+says (Family.fit; step 55: wgmma's swapped tiles narrow to M), and K is taken whole or split to fill
+the waves (FILL). Measured speeds transfer better
 than a tuned row's lone config or the cost model's prices (`leave_one_out` measures it on the
 table itself; docs/performance.md, steps 23, 24 and 40).
 """
@@ -90,13 +91,17 @@ def policies_for(tile: dict) -> tuple[str, ...]:
 
 def _family_config(tile: dict, policy: str, shape: tuple[int, int, int], gpu: tuple[int, str]) -> tuple[str, dict]:
     """config_for a tile of a family with tiles and schedules of its own (a tensor-core family's):
-    each side shrunk to the smallest of the family's sizes that covers the product, K split as
+    fitted to the product as the family says (Family.fit; by default each side shrunk to the
+    smallest of the family's sizes that covers it), K split as
     `fill_splits` says (policy FILL) or by the wave arithmetic at the family's own K-step, at most
     as many ways as its space has."""
     entry = kernels.family(tile["family"])
     params = {name: value for name, value in tile.items() if name != "family"}
-    for side, length in zip(("bm", "bn"), shape):
-        params[side] = min([size for size in entry.space[side] if size >= length] + [params[side]])
+    if entry.fit:
+        params = entry.fit(params, shape)
+    else:
+        for side, length in zip(("bm", "bn"), shape):
+            params[side] = min([size for size in entry.space[side] if size >= length] + [params[side]])
     if policy == STREAM:
         return entry.schedules.config(params, workers_per_sm=STREAM_WORKERS)
     if policy == FILL:

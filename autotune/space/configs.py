@@ -101,17 +101,18 @@ def _feasible(family: str, dtype: str, limits: DeviceLimits) -> Iterator[dict]:
             yield config
 
 
-def families_for(dtype: str, cc: str | None = None, m: int | None = None, precision: str | None = None) -> list[str]:
+def families_for(dtype: str, cc: str | None = None, m: int | None = None, precision: str | None = None,
+                 k: int | None = None) -> list[str]:
     """The families whose kernels multiply `dtype` (whose restriction takes their default config
     in it, within the shared memory such a GPU allows) on a GPU of compute capability `cc` (None
     or "": any; runs_on), for products of `m` rows (None: any; Family.max_rows), in a precision
-    that `precision` allows (None: any; autotune.space.precision), in kernels.FAMILIES order:
-    what a tune searches unless told."""
+    that `precision` allows for a K of `k` terms (None: any; autotune.space.precision), in
+    kernels.FAMILIES order: what a tune searches unless told."""
     limits = DeviceLimits.for_cc(cc) if cc else DeviceLimits(max_dynamic_shared_per_block=max(OPT_IN_SHARED.values()))
     return [name for name, entry in kernels.FAMILIES.items()
             if entry.restrict(entry.default, dtype, limits) is None and runs_on(name, dtype, cc)
             and (m is None or entry.max_rows is None or m <= entry.max_rows)
-            and (precision is None or allows(precision, entry.precision))]
+            and (precision is None or allows(precision, entry.precision, k))]
 
 
 def runs_on(family: str, dtype: str, cc: str | None) -> bool:

@@ -23,6 +23,10 @@ from autotune.errors import PrecisionError
 PRECISIONS = ("ieee", "tf32x3")
 #: the kernel precisions each requested precision allows
 ALLOWS = {"ieee": ("ieee",), "tf32x3": ("ieee", "tf32x3")}
+#: the shortest K whose products a kernel precision serves: with fewer terms the tensor cores'
+#: float32 errs more than cuBLAS's SGEMM on the bench's measures (docs/performance.md, step 55),
+#: so a lookup or a tune of such a product takes the IEEE kernels
+MIN_K = {"tf32x3": 256}
 #: the families of rows written before rows recorded their precision whose kernels are not IEEE's
 #: (every later row records it: caches, export files and shipped records of earlier releases)
 UNRECORDED = {"tf32x3": "tf32x3"}
@@ -52,9 +56,10 @@ def resolve(precision: str | None, dtype: str, cc: str | None) -> str:
     return default(dtype, cc) if precision is None else check(precision)
 
 
-def allows(requested: str, kernel_precision: str) -> bool:
-    """Whether a kernel of `kernel_precision` may serve a request for `requested`."""
-    return kernel_precision in ALLOWS[requested]
+def allows(requested: str, kernel_precision: str, k: int | None = None) -> bool:
+    """Whether a kernel of `kernel_precision` may serve a request for `requested`, for a product
+    of `k` terms (None: any K; MIN_K)."""
+    return kernel_precision in ALLOWS[requested] and (k is None or k >= MIN_K.get(kernel_precision, 0))
 
 
 def of_row(row: dict) -> str:

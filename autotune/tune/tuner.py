@@ -186,7 +186,7 @@ class TuneRequest:
         or whose precision the one searched does not allow, is a TuneError."""
         precision = self.precision_on(cc)
         if self.families is None:
-            return families_for(self.dtype, cc, self.m, precision)
+            return families_for(self.dtype, cc, self.m, precision, self.k)
         missing = [f for f in self.families if not runs_on(f, self.dtype, cc)]
         if missing:
             raise TuneError(f"this GPU (compute capability {cc}) lacks instructions that {self.dtype} kernels of "
@@ -201,7 +201,7 @@ class TuneRequest:
         """The precision a study's name carries: the one searched where it leaves out families
         that multiply the dtype on this GPU, else None (names as before precisions existed)."""
         precision = self.precision_on(cc)
-        narrowed = families_for(self.dtype, cc, self.m, precision) != families_for(self.dtype, cc, self.m)
+        narrowed = families_for(self.dtype, cc, self.m, precision, self.k) != families_for(self.dtype, cc, self.m)
         return precision if narrowed else None
 
 
