@@ -84,7 +84,7 @@ def peeled_rows(m: int, params: dict, layout: str = "NN") -> int:
     where those rows are a few (at most BM / PEEL_FRACTION) and the tile row they would cost is a
     large share of the product (M / BM at most PEEL_MAX_TILE_ROWS); A's rows must be rows in memory
     (layout "N."), so that A's last rows are a contiguous view. 0: not peeled."""
-    bm = params.get("bm", 0)
+    bm = params.get("bn" if params.get("swap") else "bm", 0)  # a swapped wgmma tile's bn runs along M
     if bm < PEEL_MIN_TILE or layout[0] != "N" or m <= bm:
         return 0
     rest = m % bm

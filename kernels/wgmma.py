@@ -1,8 +1,8 @@
 """float32 products as three TF32 products on Hopper's warpgroup MMA (`wgmma.mma_async`, sm_90a).
 
 kernels.tf32x3 issues a warp's `mma.sync` and splits each element once per warp that reads it;
-here a block of BM / 64 warpgroups (128 threads each) computes a BM x BN tile of C, warpgroup w
-rows 64 w to 64 w + 63, each with instructions of 64 x BN x 8 that run while the block moves the
+here a block of BM / 64 warpgroups (128 threads each) computes a BM x BN tile of C (of C's
+transpose with `swap`, where "A" and "B" below are B^T and A^T), warpgroup w rows 64 w to 64 w + 63, each with instructions of 64 x BN x 8 that run while the block moves the
 next tiles. Per K-tile of 32:
   - the tiles of A and B arrive in shared memory as they lie in memory (`cp.async`, 16 bytes a
     copy where rows allow, else 4; out-of-range elements zero-filled), STAGES - 1 tiles ahead;
@@ -63,6 +63,7 @@ from .wgmma_space import (
     FULL,
     PRODUCER_REGISTERS,
     PRODUCERS_ONLY,
+    ROLLED_WIDTHS,
     SPACE,
     STRAIGHT_PRODUCERS,
     as_built,
@@ -81,6 +82,8 @@ from .wgmma_space import (
 def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, unaligned: str = "") -> Kernel:
     if dtype != DTYPE:
         raise ValueError(f"wgmma multiplies {DTYPE} only, not {dtype}")
+    if (config["bn"] not in ROLLED_WIDTHS or config.get("swap")) and config["producer"] not in STRAIGHT_PRODUCERS:
+        raise ValueError("wgmma builds tiles of other widths than 64 and 128, and swapped operands, with two producers")
     BM, BN, STAGES, SPLITS = config["bm"], config["bn"], config["stages"], config["splits"]
     THREADS = threads_per_block(config)
     PRODUCERS = config["producer"]

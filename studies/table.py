@@ -159,10 +159,10 @@ STEP54_GEMV = {"gemv": "145b2f58c86dbc6b"}
 #: every family's source hash after step 55 gave wgmma tiles of any 8 columns and swapped operands
 #: (`swap`, off by default) and the families' contract a fit (Family.fit): the same sm_90 PTX for
 #: every shipped record and for wgmma's unaligned builds of 64 and 128 columns (studies/ptx_same.py)
-STEP55_HASHES = {"wgmma": "88cbd4242895e853", "dmma": "5121d31a1bba56d0", "tf32x3": "ab4e40a458b2a159",
-                 "vector": "c88cd9cb5ad52dd3", "splitk": "fc8bf11de7ce70c0", "register": "84a0f1ce235d0442",
-                 "streamk": "39fa2f648fc3e7ea", "shared": "68a6bacdc3ccf22c", "naive": "ba8ea83320e1f98c",
-                 "gemv": "3f95b3df9fa1ef4d"}
+STEP55_HASHES = {"wgmma": "15495fcc158b3ea5", "dmma": "9a0aa5e66a19f1ac", "tf32x3": "8b659bf735419253",
+                 "vector": "bf14f04d3b40e22e", "splitk": "6fabef57523ae9d7", "register": "6a4296fba5167234",
+                 "streamk": "45b22ad810259906", "shared": "3f4d94121278760b", "naive": "dc99bee5c05df9ed",
+                 "gemv": "e8ac55794b4d8383"}
 
 SHIPPED = {
     "measured/nvidia-h200.json.xz": [

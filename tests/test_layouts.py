@@ -135,6 +135,8 @@ def test_a_few_rows_past_whole_tile_rows_are_peeled_where_their_tile_row_is_a_la
     assert [peeled_rows(m, tile) for m in (64, 256, 33, 1)] == [0, 0, 0, 0]  # whole tile rows, or one tile
     assert peeled_rows(257, tile, "NT") == 1 and peeled_rows(257, tile, "TN") == 0  # A's rows must be rows in memory
     assert peeled_rows(129, {"bm": 128}) == 1 and peeled_rows(33, {"bm": 32}) == 0 and peeled_rows(257, {"tpb": 16}) == 0
+    # a swapped wgmma tile's rows of C are its bn (kernels.wgmma_space.c_tile)
+    assert peeled_rows(65, {"bm": 128, "bn": 64, "swap": 1}) == 1 and peeled_rows(65, {"bm": 128, "bn": 64}) == 0
 
 
 def test_a_peeled_plan_launches_the_first_rows_then_the_rest_on_their_rows_of_a_and_c(monkeypatch):

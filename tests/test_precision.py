@@ -74,7 +74,8 @@ def test_an_ieee_lookup_never_serves_a_tensor_core_row_and_tf32x3_takes_the_fast
 
 def test_a_short_k_takes_the_ieee_kernels_in_any_precision():
     """Below precision.MIN_K terms the tensor cores' float32 errs more than cuBLAS's (docs/performance.md,
-    step 55): neither lookup nor a tune offers them there, a row of them included."""
+    step 55): neither lookup nor a tune offers them there, a row of them included, and a tune
+    that names them is refused."""
     k = precision.MIN_K["tf32x3"]
     Cache().record(row("tf32x3", TF32X3, 900.0, shape=(32, 16, k - 1)))
     memos.clear()
@@ -82,6 +83,8 @@ def test_a_short_k_takes_the_ieee_kernels_in_any_precision():
     assert not precision.allows("tf32x3", "tf32x3", k - 1) and precision.allows("tf32x3", "tf32x3", k)
     assert precision.allows("tf32x3", "ieee", 1)
     assert not {"wgmma", "tf32x3"} & set(TuneRequest(64, 64, k - 1, precision="tf32x3").families_on("9.0"))
+    with pytest.raises(TuneError, match=f"wgmma kernels serve products of at least {k} terms, not K = {k - 1}"):
+        TuneRequest(64, 64, k - 1, precision="tf32x3", families=["wgmma"]).families_on("9.0")
 
 
 def test_no_ieee_row_at_the_shape_means_a_fallback_not_the_tensor_cores():

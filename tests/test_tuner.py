@@ -205,7 +205,8 @@ def test_an_untuned_shape_warm_starts_from_the_measured_tables_best_candidates()
 def test_a_cold_study_tries_the_families_defaults_best_guess_first():
     replay = Replay()
     float32 = [f for f in FAMILY_NAMES if f != "dmma"]
-    run(replay, trials=7, families=float32, precision="tf32x3")
+    request = TuneRequest(64, 64, 256, trials=7, jobs=1, families=float32, precision="tf32x3")  # K: precision.MIN_K
+    tune(request, replay, show_progress=False)
     assert replay.calls[:7] == [config_key(f, kernels.family(f).default)
                                 for f in ["tf32x3", "vector", "splitk", "register", "streamk", "shared", "naive"]]
 

@@ -155,6 +155,8 @@ def test_a_tile_fits_a_product_nobody_tuned_along_its_sides():
     for params in ({**tile, "bn": 72, "producer": 1}, {**tile, "producer": 0, "swap": 1}, {**tile, "bn": 132}):
         assert kernels.family("wgmma").restrict({**params, "splits": 1}, "float32", limits)
     assert kernels.family("wgmma").restrict({**tile, "bn": 72, "swap": 1, "splits": 1}, "float32", limits) is None
+    with pytest.raises(ValueError, match="with two producers"):  # its loops would copy too few words
+        kernels.build_for("wgmma", {**tile, "bn": 72, "producer": 0, "splits": 1}, "float32", (72, 72, 64))
 
 
 @pytest.mark.skipif(ON_GPU, reason="the simulator's layout rule can be swapped")

@@ -28,8 +28,8 @@ measured on other kernel code than today's (its source hash differs) is stale: i
 when no fresh row fits at steps 1 and 3, with a one-time warning to re-tune. A deterministic
 lookup skips every config that adds into C (split-K, stream-K: their atomic additions land in any
 order), at every step; a lookup of a precision (autotune.space.precision: "ieee" unless asked) takes
-only configs whose family computes in that precision or a stricter one, and a tensor-core family
-only for a K of at least autotune.space.precision.MIN_K, at every step.
+only configs whose family computes in that precision or a stricter one, a `tf32x3` family only for
+a K of at least autotune.space.precision.MIN_K, at every step.
 A pick whose tiles would spend a whole tile row on C's last few rows leaves those rows to a
 product of their own (`Choice.peel`, kernels.rules.peeled_rows), looked up as any other.
 Lookups and built kernels are memoized per process (autotune.memos); call `autotune.clear()` after

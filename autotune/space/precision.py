@@ -9,7 +9,7 @@ A kernel computes in one precision (its family's `precision`, kernels.base.Famil
            operands held to 2**-147 only (kernels.warp_mma.split_tf32), and by the warpgroup
            family to 2**-137 (its small parts unscaled), where float32 holds them to 2**-149
 A caller asks for a precision, and gets a kernel of that precision or of a stricter one:
-"tf32x3" allows the tensor cores, "ieee" does not. float64 and int32 have IEEE kernels alone,
+"tf32x3" allows the tensor cores (for products of at least MIN_K terms), "ieee" does not. float64 and int32 have IEEE kernels alone,
 so that either request gives them the same kernels.
 
 Knows nothing of Numba, so that the call path can check and default a request without loading it.

@@ -43,7 +43,7 @@ def remember_preferred(rows: list[Row], root: Path | None = None) -> None:
     for asked in PRECISIONS:
         preferred = None
         for row in rows:
-            if allows(asked, row.precision) and (preferred is None or replaces(row, preferred, hashes)):
+            if allows(asked, row.precision, row.k) and (preferred is None or replaces(row, preferred, hashes)):
                 preferred = row
         if preferred is not None:
             remember(replace(rows[0].problem, precision=asked), preferred.config, root)

@@ -73,7 +73,7 @@ def has_exact_row(product: Recorded, cache: Cache) -> bool:
     rows = cache.rows(product.device, product.dtype, (product.m, product.n, product.k), product.layout)
     rows += [r for r in shipped_rows(product.device, product.dtype)
              if r.shape == (product.m, product.n, product.k) and r.layout == product.layout]
-    return any(allows(product.precision, r.precision) and not stale(r, hashes) for r in rows)
+    return any(allows(product.precision, r.precision, product.k) and not stale(r, hashes) for r in rows)
 
 
 def tune_recorded(asked: RecordedTuning, show_progress: bool = True) -> Iterator[Outcome]:

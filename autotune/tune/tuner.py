@@ -25,7 +25,7 @@ from autotune.errors import StoreError, TuneError
 from autotune.measure.isolation import Isolated
 from autotune.measure.measurement import measure
 from autotune.space.configs import FAMILY_NAMES, device_limits, families_for, feasible_count, runs_on
-from autotune.space.precision import PRECISIONS
+from autotune.space.precision import MIN_K, PRECISIONS
 from autotune.space.precision import resolve as resolve_precision
 from autotune.space.problem import Problem
 from autotune.store.cache import Cache
@@ -181,9 +181,10 @@ class TuneRequest:
 
     def families_on(self, cc: str | None) -> list[str]:
         """The families searched on a GPU of compute capability `cc`: those asked for, or every
-        family that multiplies the dtype there for M rows in the precision searched
+        family that multiplies the dtype there for M rows in the precision searched, at K
         (autotune.space.configs.families_for). Asking for a family whose instructions the GPU lacks (autotune.space.configs.runs_on),
-        or whose precision the one searched does not allow, is a TuneError."""
+        or whose precision the one searched does not allow (at K: autotune.space.precision.MIN_K), is a
+        TuneError."""
         precision = self.precision_on(cc)
         if self.families is None:
             return families_for(self.dtype, cc, self.m, precision, self.k)
@@ -195,6 +196,10 @@ class TuneRequest:
         if stricter:
             raise TuneError(f"{stricter[0]} kernels compute in {kernels.family(stricter[0]).precision} precision, "
                             f"which --precision {precision} does not allow")
+        short = [f for f in self.families if f not in families_for(self.dtype, precision=precision, k=self.k)]
+        if short:
+            raise TuneError(f"{short[0]} kernels serve products of at least {MIN_K[kernels.family(short[0]).precision]} "
+                            f"terms, not K = {self.k}: there the tensor cores' error exceeds cuBLAS's")
         return list(self.families)
 
     def study_precision(self, cc: str | None) -> str | None:
