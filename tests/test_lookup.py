@@ -176,14 +176,18 @@ def test_lookup_for_another_gpu_of_the_host(monkeypatch):
 
 def test_untuned_products_of_a_few_rows_or_a_short_k_are_served_by_rule():
     """Before the measured table: B streamed once for a few rows (K unsplit when deterministic),
-    the 64x64 tile for a short K."""
+    the rule's small tiles for a short K."""
     few = autotune.lookup(1, 4096, 1024)
     assert (few.source, few.family, few.config["splits"]) == ("few-rows", "gemv", 8)
     assert autotune.lookup(1, 4096, 1024, deterministic=True).config["splits"] == 1
     assert autotune.lookup(1, 4096, 1024, layout="NT").config["cols"] == 16
     short = autotune.lookup(2008, 944, 60)
-    assert (short.source, short.family, short.config["bm"], short.config["bk"]) == ("small-k", "vector", 64, 16)
+    assert (short.source, short.family, short.config["bm"], short.config["bk"]) == ("small-k", "vector", 64, 8)
     assert autotune.lookup(2008, 944, 65).source != "small-k"
+    few_tiles = autotune.lookup(34, 2745, 85, precision="tf32x3")  # K under MIN_K: the IEEE kernels
+    assert (few_tiles.source, few_tiles.family, few_tiles.config["bm"], few_tiles.config["bn"]) == (
+        "small-k", "vector", 32, 64)
+    assert autotune.lookup(2299, 124, 161).source != "small-k"
 
 
 def test_float64_products_of_a_few_rows_stream_b_once_with_k_split_by_their_own_rule():

@@ -178,18 +178,33 @@ def _family_few_rows(product: Product, sm_count: int, deterministic: bool) -> Co
     return None
 
 
-#: products whose K is a few k-steps (K <= SMALL_K, both sides wider than SKINNY) and whose C makes
-#: at most SMALL_K_TILES_PER_SM of these tiles an SM: a 64x64 tile of 128 threads through
-#: registers, so that several blocks share an SM and hide the short k-loop's latency and C's
-#: stores, with BK 16 or 8, whichever pads K less (step 34; studies/step34_smallk.py at 9c578e9); a larger C is
-#: bound by its stores, which the measured table's bigger tiles make faster
+#: products whose K is a few k-steps are bound by latency (the short k-loop, C's stores, the
+#: launch), which more blocks an SM hide (steps 34 and 56; studies/h200/step56/):
+#: - where C makes at most SHORT_K_TILES_PER_SM 32x64 tiles an SM and K <= SHORT_K: SHORT_K_TILE,
+#:   each block copying its tiles 2 k-steps ahead, with the BK of SMALL_K_STEPS that leaves the
+#:   fewest zeros in the last k-step (16 on a tie); past SMALL_K only where C makes at least
+#:   SHORT_K_MIN_TILES_PER_SM of them an SM, since fewer blocks gain more from the measured table's
+#:   K-splits;
+#: - else, where K <= SMALL_K, both sides are wider than SKINNY and C makes at most
+#:   SMALL_K_TILES_PER_SM 64x64 tiles an SM: SMALL_K_TILE, 8 terms a k-step. A larger C is bound
+#:   by its stores, which the measured table's bigger tiles make faster.
+SHORT_K = 160
+
+
+SHORT_K_TILES_PER_SM, SHORT_K_MIN_TILES_PER_SM = 3, 0.2
+
+
 SMALL_K = 64
 
 
 SMALL_K_TILES_PER_SM = 24
 
 
-SMALL_K_TILE = {"bm": 64, "bn": 64, "tm": 8, "tn": 4, "pad": 4, "stages": 1, "unroll": True, "fragments": 1,
+SHORT_K_TILE = {"bm": 32, "bn": 64, "tm": 4, "tn": 4, "pad": 4, "stages": 3, "unroll": True, "fragments": 1,
+                "wide_fetch": True, "async_copy": True, "min_blocks": 1}
+
+
+SMALL_K_TILE = {"bm": 64, "bn": 64, "bk": 8, "tm": 8, "tn": 4, "pad": 4, "stages": 1, "unroll": True, "fragments": 1,
                 "wide_fetch": True, "async_copy": False, "min_blocks": 1}
 
 
@@ -197,18 +212,25 @@ SMALL_K_STEPS = (16, 8)
 
 
 def small_k_guess(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits) -> Config | None:
-    """The rule's config for a float32 product of K <= SMALL_K whose sides are both wider than
-    SKINNY and whose C fits SMALL_K_TILES_PER_SM tiles an SM: SMALL_K_TILE with the BK of
-    SMALL_K_STEPS that leaves the fewest zeros in the last k-step (the first on a tie); None for
-    other products, an unknown SM count, or where it cannot run."""
+    """The rule's config for a float32 product of a short K (see SHORT_K): SHORT_K_TILE or
+    SMALL_K_TILE; None for other products, an unknown SM count, or where it cannot run."""
     m, n, k = shape
-    limits, sm_count = gpu, gpu.sm_count
-    tiles = -(-m // SMALL_K_TILE["bm"]) * -(-n // SMALL_K_TILE["bn"])
-    if dtype != "float32" or k > SMALL_K or min(m, n) <= SKINNY or tiles > SMALL_K_TILES_PER_SM * sm_count:
+    sm_count = gpu.sm_count
+    if dtype != "float32" or not sm_count or min(m, n) < MIN_FIT_SIDE:
         return None
-    bk = min(SMALL_K_STEPS, key=lambda step: -k % step)
-    config = Config.of(*TILE_SCHEDULES.config({**SMALL_K_TILE, "bk": bk}))
-    return config if infeasibility(config.family, config.params, dtype, limits) is None else None
+    few = _tiles(m, n, SHORT_K_TILE) / sm_count
+    if k <= SHORT_K and few <= SHORT_K_TILES_PER_SM and (k <= SMALL_K or few >= SHORT_K_MIN_TILES_PER_SM):
+        tile = {**SHORT_K_TILE, "bk": min(SMALL_K_STEPS, key=lambda step: -k % step)}
+    elif k <= SMALL_K and min(m, n) > SKINNY and _tiles(m, n, SMALL_K_TILE) <= SMALL_K_TILES_PER_SM * sm_count:
+        tile = SMALL_K_TILE
+    else:
+        return None
+    config = Config.of(*TILE_SCHEDULES.config(tile))
+    return config if infeasibility(config.family, config.params, dtype, gpu) is None else None
+
+
+def _tiles(m: int, n: int, tile: dict) -> int:
+    return -(-m // tile["bm"]) * -(-n // tile["bn"])
 
 
 #: stream-K blocks per SM of a tuned tile's twin (stream_twin) and of the measured table's "stream"
