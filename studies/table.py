@@ -523,10 +523,10 @@ def loo_summary(table: dict) -> str:
 
     found = []
     for precision in ("ieee", "tf32x3"):
-        def feasible(family, params, precision=precision):
-            return allows(precision, kernels.family(family).precision)
+        def feasible_at(shape, precision=precision):
+            return lambda family, params: allows(precision, kernels.family(family).precision, shape[2])
 
-        rows = leave_one_out(table, table["sm_count"], feasible)
+        rows = leave_one_out(table, table["sm_count"], feasible_at)
         mean = {key: math.exp(sum(math.log(r[key]) for r in rows) / len(rows)) for key in ("of_best", "vs_cublas")}
         oracle = math.exp(sum(math.log(r["vs_cublas"] / r["of_best"]) for r in rows) / len(rows))
         low = sum(r["vs_cublas"] < 0.75 for r in rows)

@@ -136,11 +136,26 @@ def test_a_tune_searches_the_families_its_precision_allows_and_names_its_study_s
     assert TuneRequest(64, 64, 256, precision="tf32x3").study_precision("9.0") is None  # names as before
     assert TuneRequest(64, 64, 256, dtype="float64").study_precision("9.0") is None  # IEEE either way
     assert TuneRequest(64, 64, 256).study_precision("7.5") is None  # no tensor cores to leave out
+    short = precision.MIN_K["tf32x3"] - 1  # tf32x3 searches the IEEE families there, in ieee's study
+    assert TuneRequest(64, 64, short, precision="tf32x3").study_precision("9.0") == "ieee"
     assert study_name(Problem(H200, "float32", 1, 2, 3, "TN", "ieee"), narrowed=True).startswith(f"mmtune:{H200}:float32:1x2x3:TN:ieee:space-")
     with pytest.raises(TuneError, match="unknown precision 'fast'"):
         TuneRequest(64, 64, 256, precision="fast").check()
     with pytest.raises(TuneError, match="tf32x3 kernels do not multiply float64"):
         TuneRequest(64, 64, 256, dtype="float64", families=["tf32x3"]).check()
+
+
+def test_a_tf32x3_tune_of_a_short_k_searches_in_ieees_study(monkeypatch):
+    """At a K under MIN_K a tf32x3 tune searches the IEEE families, so it resumes ieee's study."""
+    from autotune.tune.replay import Replay
+    from autotune.tune.tuner import tune
+
+    monkeypatch.setenv("MMTUNE_PRETEND_GPU", f"{H200};9.0;132")
+    memos.clear()
+    k = precision.MIN_K["tf32x3"] - 1
+    result = tune(TuneRequest(16, 16, k, trials=2, jobs=1, families=["vector"], precision="tf32x3"),
+                  Replay(default=1.0), show_progress=False)
+    assert result.study_name == study_name(Problem(H200, "float32", 16, 16, k, precision="ieee"), narrowed=True)
 
 
 def test_the_fleet_reads_study_names_of_a_precision():

@@ -187,13 +187,15 @@ def _speed(shape: dict, name: str, best: float) -> float:
     return shape["gflops"].get(name) or UNMEASURED * best
 
 
-def leave_one_out(table: dict, sm_count: int, feasible=lambda family, params: True) -> list[dict]:
+def leave_one_out(table: dict, sm_count: int, feasible_at=lambda shape: lambda family, params: True) -> list[dict]:
     """For each measured shape: the candidate chosen from the other shapes, and its speed there
-    relative to the best feasible candidate and to cuBLAS."""
+    relative to the best feasible candidate and to cuBLAS. feasible_at(shape) says which configs
+    may serve that shape, as lookup's feasibility does for its problem (a precision's K, say)."""
     found = []
     for index, shape in enumerate(table["shapes"]):
         others = {**table, "shapes": table["shapes"][:index] + table["shapes"][index + 1:]}
         asked = (shape["m"], shape["n"], shape["k"])
+        feasible = feasible_at(asked)
         pick = choose(others, asked, sm_count, feasible)
         best = max(speed for name, speed in shape["gflops"].items()
                    if feasible(*config_for(table["tiles"][index_of(name)], name.split(":")[1], asked, sm_count,

@@ -203,11 +203,14 @@ class TuneRequest:
         return list(self.families)
 
     def study_precision(self, cc: str | None) -> str | None:
-        """The precision a study's name carries: the one searched where it leaves out families
-        that multiply the dtype on this GPU, else None (names as before precisions existed)."""
-        precision = self.precision_on(cc)
-        narrowed = families_for(self.dtype, cc, self.m, precision, self.k) != families_for(self.dtype, cc, self.m)
-        return precision if narrowed else None
+        """The precision a study's name carries where the one searched leaves out families that
+        multiply the dtype on this GPU: the strictest that searches the same families (at a K under
+        autotune.space.precision.MIN_K, "tf32x3" searches "ieee"'s, and shares its study); else None
+        (names as before precisions existed)."""
+        searched = families_for(self.dtype, cc, self.m, self.precision_on(cc), self.k)
+        if searched == families_for(self.dtype, cc, self.m):
+            return None
+        return next(p for p in PRECISIONS if families_for(self.dtype, cc, self.m, p, self.k) == searched)
 
 
 @dataclass
@@ -265,7 +268,8 @@ def _tune(request: TuneRequest, measurer: Measurer | None, cache_path: Path | st
     problem = Problem(device=device.name, dtype=request.dtype, m=request.m, n=request.n, k=request.k,
                       layout=request.layout, precision=request.precision)
     spec = storage_spec(request.storage, cache)
-    name = study_name(problem, narrowed=request.study_precision(device.cc) is not None)
+    carried = request.study_precision(device.cc)
+    name = study_name(replace(problem, precision=carried or problem.precision), narrowed=carried is not None)
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # failed trials are reported by us
     try:
