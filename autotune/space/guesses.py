@@ -218,8 +218,8 @@ def small_k_guess(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits) -> Co
     sm_count = gpu.sm_count
     if dtype != "float32" or not sm_count or min(m, n) < MIN_FIT_SIDE:
         return None
-    few = _tiles(m, n, SHORT_K_TILE) / sm_count
-    if k <= SHORT_K and few <= SHORT_K_TILES_PER_SM and (k <= SMALL_K or few >= SHORT_K_MIN_TILES_PER_SM):
+    per_sm = _tiles(m, n, SHORT_K_TILE) / sm_count
+    if k <= SHORT_K and per_sm <= SHORT_K_TILES_PER_SM and (k <= SMALL_K or per_sm >= SHORT_K_MIN_TILES_PER_SM):
         tile = {**SHORT_K_TILE, "bk": min(SMALL_K_STEPS, key=lambda step: -k % step)}
     elif k <= SMALL_K and min(m, n) > SKINNY and _tiles(m, n, SMALL_K_TILE) <= SMALL_K_TILES_PER_SM * sm_count:
         tile = SMALL_K_TILE
