@@ -13,11 +13,15 @@ M * N at least 20000, sorted by M * N and --count of them taken evenly (--all: e
 shape, no grid), then --shapes. Run it once with an older checkout first on PYTHONPATH and once
 with this one (different --label), and `--add` the first file, to time both picks in one process.
 `--cross NAME=V,V` crosses every grid config with a parameter's values (step 56 crossed
-`wide_store` on a patched kernels/: `studies/h200/step56/wide-store.patch.xz`).
+`wide_store` on a patched kernels/: `studies/h200/step56/wide-store.patch.xz`). `--region larger`
+takes instead the seeded shapes past the rule's 32x64 tile (both sides over 64, more of those
+tiles an SM than it takes), in any category; `--k-range` bounds their K, and `--exclude` leaves
+out the shapes of a timed file (step 57: `--grid probe`, `--grid larger`).
 `summary` prints each shape's cuBLAS GFLOPS and, over it, every lookup label's pick, the rule's
-config where it serves the shape, and the best job; then their geometric means by the rule's two
-regions (32x64 and 64x64 tiles) and by lookup label. `cublas` lists the kernels torch.matmul
-launches at each shape of a jobs file (torch.profiler): cuBLAS's tile, stages and warps.
+config where it serves the shape (this checkout's rule), and the best job; then their geometric
+means by the rule's tile and stages ("none" where it serves none) and by lookup label. `cublas`
+lists the kernels torch.matmul launches at each shape of a jobs file (torch.profiler): cuBLAS's
+tile, stages and warps.
 """
 
 from __future__ import annotations
@@ -45,6 +49,17 @@ SQUARE = [({"bm": 64, "bn": 64, "tm": 8, "tn": 4, "bk": bk}, pipe) for pipe, bk 
 RULE = [({"bm": 32, "bn": 64, "tm": 4, "tn": 4, "bk": 8}, "s3a"), ({"bm": 64, "bn": 64, "tm": 8, "tn": 4, "bk": 8}, "s3a"),
         ({"bm": 32, "bn": 32, "tm": 4, "tn": 4, "bk": 8}, "s3a"), ({"bm": 32, "bn": 32, "tm": 4, "tn": 4, "bk": 16}, "s1"),
         ({"bm": 64, "bn": 128, "tm": 8, "tn": 4, "bk": 8}, "s3a"), ({"bm": 32, "bn": 64, "tm": 4, "tn": 4, "bk": 16}, "s3a")]
+#: `--grid probe` (step 57): five tiles, each at BK 8 and 16, through registers or 3 or 4 stages of
+#: asynchronous copies (cross `fragments=1,2` for both fragment sets)
+PROBE = [({"bm": bm, "bn": bn, "tm": tm, "tn": tn, "bk": bk}, pipe)
+         for bm, bn, tm, tn in ((32, 64, 4, 4), (32, 32, 4, 4), (64, 64, 8, 4), (64, 32, 4, 4), (64, 128, 8, 8))
+         for bk in (8, 16) for pipe in ("s1", "s3a", "s4a")]
+#: `--grid larger` (step 57): the 64x64 tile's pipelines against the measured table's 64x128, for a C
+#: past the 32x64 tile's
+LARGER = [({"bm": 64, "bn": 64, "tm": 8, "tn": 4, "bk": bk}, pipe) for bk, pipe in
+          ((8, "s1"), (8, "s3a"), (8, "s4a"), (16, "s1"))] + [
+          ({"bm": 64, "bn": 128, "tm": 8, "tn": 8, "bk": 8}, pipe) for pipe in ("s1", "s3a")] + [
+          ({"bm": 64, "bn": 64, "tm": 8, "tn": 4, "bk": 16}, "s3a")]
 GPU, CC, SM_COUNT = "NVIDIA H200", "9.0", 132
 #: the sources of jobs that are not a lookup's pick (step 56's files also name grids "regionB:...")
 GRID_SOURCES = ("grid", "regionB")
@@ -58,7 +73,7 @@ def grid(name: str) -> list[dict]:
                  for bm, bn in itertools.product(SMALL_SIDES, SMALL_SIDES) for tm, tn in SMALL_THREAD_TILES
                  if 64 <= (bm // tm) * (bn // tn) <= 256 for bk in SMALL_STEPS for pipe in ("s1", "s3a")]
     else:
-        tiles = {"square": SQUARE, "rule": RULE}[name]
+        tiles = {"square": SQUARE, "rule": RULE, "probe": PROBE, "larger": LARGER}[name]
     return [{**tile, **COMMON, **PIPELINES[pipe]} for tile, pipe in tiles]
 
 
@@ -69,12 +84,23 @@ def seeds(text: str) -> list[int]:
 
 def shapes(args: argparse.Namespace) -> list[tuple[int, int, int]]:
     from autotune.bench.peers import category, seeded_shapes
+    from autotune.space.guesses import SHORT_K_TILE, SHORT_K_TILES_PER_SM, SKINNY
+
+    low, high = (int(x) for x in args.k_range.split("-")) if args.k_range else (1, math.inf if args.all else 255)
+    skipped = {tuple(entry["shape"]) for path in args.exclude for entry in load(path)["shapes"]}
+
+    def wanted(m: int, n: int, k: int) -> bool:
+        if not low <= k <= high or (m, n, k) in skipped:
+            return False
+        if args.region == "larger":  # past the short-K rule's 32x64 tile: the 64x64 tile's or the table's
+            tiles = -(-m // SHORT_K_TILE["bm"]) * -(-n // SHORT_K_TILE["bn"])
+            return min(m, n) > SKINNY and tiles > SHORT_K_TILES_PER_SM * SM_COUNT
+        return args.all or (category(m, n, k) in ("odd", "skinny") and min(m, n) > 16 and m * n >= 20000)
 
     found = []
     for seed in seeds(args.seeds) if args.seeds else []:
         for shape in seeded_shapes(seed):
-            short = category(*shape) in ("odd", "skinny") and shape[2] < 256 and min(shape[:2]) > 16
-            if (args.all or (short and shape[0] * shape[1] >= 20000)) and shape not in found:
+            if wanted(*shape) and shape not in found:
                 found.append(shape)
     if not args.all:
         found.sort(key=lambda s: s[0] * s[1])
@@ -136,12 +162,12 @@ def summary_main(args: argparse.Namespace) -> None:
             for j in timed:
                 if not j["source"].startswith(GRID_SOURCES):  # a lookup's pick, "LABEL:..."
                     ratios.setdefault(j["source"].split(":")[0], j["gflops"] / blas)
-            rule = small_k_guess((m, n, k), "float32", gpu)
+            layout = entry["jobs"][0].get("layout", "NN")
+            rule = small_k_guess((m, n, k), "float32", gpu, layout)
             hit = [j for j in timed if rule and j["family"] == rule.family and _same(j["params"], rule.params)]
-            region = "none" if rule is None else f"{rule.params['bm']}x{rule.params['bn']}"
+            region = "none" if rule is None else "{bm}x{bn} s{stages}".format(**rule.params)
             if hit:
                 ratios["rule"] = hit[0]["gflops"] / blas
-            layout = entry["jobs"][0].get("layout", "NN")
             print(f"{layout} {m}x{n}x{k}".ljust(20) + f"cuBLAS {blas:9.0f}  " + "  ".join(
                 f"{name} {value:.3f}" for name, value in ratios.items()) + f"  ({region})")
             for name, value in ratios.items():
@@ -199,7 +225,12 @@ def main() -> None:
     jobs.add_argument("--all", action="store_true", help="every seeded shape, not only the short-K odd and skinny ones")
     jobs.add_argument("--shapes", nargs="*", default=[])
     jobs.add_argument("--layout", default="NN")
-    jobs.add_argument("--grid", choices=("small", "square", "rule", "none"), default="small")
+    jobs.add_argument("--k-range", help="LOW-HIGH: the seeded shapes' K (default 1-255, any with --all)")
+    jobs.add_argument("--region", choices=("small", "larger"), default="small",
+                      help="small: odd and skinny shapes (or --all); larger: both sides over 64 and more "
+                           "32x64 tiles an SM than the short-K rule's tile takes")
+    jobs.add_argument("--exclude", action="append", default=[], help="a timed file whose shapes are left out")
+    jobs.add_argument("--grid", choices=("small", "square", "rule", "probe", "larger", "none"), default="small")
     jobs.add_argument("--cross", type=crossing, action="append", default=[])
     jobs.add_argument("--label", default="lookup")
     jobs.add_argument("--add", action="append", default=[], help="a jobs file whose jobs come first")

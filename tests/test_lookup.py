@@ -11,6 +11,7 @@ import autotune.store.records
 import autotune.store.rows
 import kernels
 from autotune.store.cache import Cache
+from autotune.space.guesses import SHORT_K
 from autotune.space.problem import Problem
 from autotune.store.rows import Row
 from typer.testing import CliRunner
@@ -183,7 +184,11 @@ def test_untuned_products_of_a_few_rows_or_a_short_k_are_served_by_rule():
     assert autotune.lookup(1, 4096, 1024, layout="NT").config["cols"] == 16
     short = autotune.lookup(2008, 944, 60)
     assert (short.source, short.family, short.config["bm"], short.config["bk"]) == ("small-k", "vector", 64, 8)
-    assert autotune.lookup(2008, 944, 65).source != "small-k"
+    assert short.basis == "K = 60: the 64x64 tile, BK 8, 3 async stages"  # 3.6 tiles an SM
+    assert autotune.lookup(2008, 944, SHORT_K + 1).source != "small-k"
+    aligned_rows_of_b = autotune.lookup(2896, 1713, 96, layout="NT")  # B's rows: K long in NT, N in NN
+    assert (aligned_rows_of_b.source, aligned_rows_of_b.config["async_copy"]) == ("small-k", False)
+    assert autotune.lookup(2896, 1713, 96).config["async_copy"]
     few_tiles = autotune.lookup(34, 2745, 85, precision="tf32x3")  # K under MIN_K: the IEEE kernels
     assert (few_tiles.source, few_tiles.family, few_tiles.config["bm"], few_tiles.config["bn"]) == (
         "small-k", "vector", 32, 64)

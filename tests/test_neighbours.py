@@ -196,8 +196,8 @@ def pretend(monkeypatch):
 
 
 def test_lookup_serves_the_measured_pick_to_shapes_without_an_exact_row(pretend):
-    pretend("NVIDIA H100 80GB HBM3;9.0;132")
-    choice = autotune.lookup(3001, 997, 77)
+    pretend("NVIDIA H100 80GB HBM3;9.0;132")  # K past the short-K rule (autotune.space.guesses.SHORT_K)
+    choice = autotune.lookup(3001, 997, 177)
     assert (choice.source, choice.measured_on, choice.gpu_match) == ("measured", "NVIDIA H200", "same compute capability and SM count")
     assert choice.basis.startswith("measured: tile ")
     assert autotune.lookup(4096, 4096, 4096).source == "exact"  # a tuned row of the very shape goes first
@@ -206,11 +206,11 @@ def test_lookup_serves_the_measured_pick_to_shapes_without_an_exact_row(pretend)
     for shape in ((3000, 3000, 3000), (2500, 2048, 1536), (6160, 656, 3872), (3001, 3001, 3001), (5003, 2999, 1501)):
         assert autotune.lookup(*shape, precision="tf32x3").family == "wgmma", shape
         assert kernels.family(autotune.lookup(*shape).family).precision == "ieee", shape
-    assert autotune.lookup(3001, 997, 77, precision="tf32x3").family != "wgmma"
+    assert autotune.lookup(3001, 997, 177, precision="tf32x3").family != "wgmma"
     assert autotune.lookup(16, 8192, 8192 - 16, deterministic=True).family != "splitk"
-    assert autotune.lookup(3001, 997, 77, dtype="float64").source != "measured"  # no float64 table ships
+    assert autotune.lookup(3001, 997, 177, dtype="float64").source != "measured"  # no float64 table ships
     pretend("NVIDIA A100-SXM4-80GB;8.0;108")  # neither rows nor a table of its architecture
-    choice = autotune.lookup(3001, 997, 77)
+    choice = autotune.lookup(3001, 997, 177)
     assert (choice.source, choice.measured_on, choice.gpu_match) == ("measured", "NVIDIA H200", "another architecture")
 
 

@@ -5,7 +5,7 @@ import pytest
 
 import kernels
 from autotune.space.guesses import (
-    FEW_ROWS_TILE, SHORT_K, SHORT_K_TILE, SMALL_K, SMALL_K_TILE, STREAM_WORKERS, few_rows_guess, small_k_guess, fit_tile, policy_splits, shape_guesses, stream_twin,
+    FEW_ROWS_TILE, SHORT_K, SHORT_K_TILE, SMALL_K, SMALL_K_COPIED_TILE, SMALL_K_TILE, STREAM_WORKERS, few_rows_guess, small_k_guess, fit_tile, policy_splits, shape_guesses, stream_twin,
 )
 from kernels.dmma import FIRST_TILE as DMMA_TILE
 from kernels.gemv import FEW_ROWS_TILES as GEMV_TILES
@@ -418,9 +418,7 @@ def test_the_few_rows_rule_reads_a_as_vectors_where_b_columns_lie_in_memory():
 
 def test_short_k_gets_small_tiles_with_the_k_step_that_pads_k_least():
     """A C of a few 32x64 tiles an SM gets that tile up to SHORT_K (past SMALL_K only for at least
-    SHORT_K_MIN_TILES_PER_SM of them an SM), BK 16 or 8 by padding (16 on a tie), skinny or not;
-    a larger C of a K up to SMALL_K gets the 64x64 tile, up to SMALL_K_TILES_PER_SM of its tiles
-    an SM."""
+    SHORT_K_MIN_TILES_PER_SM of them an SM), BK 16 or 8 by padding (16 on a tie), skinny or not."""
     gpu = on(GpuLimits.for_cc("9.0"), 132)
     assert small_k_guess((459, 669, 58), "float32", gpu) == Config.of("vector", {**SHORT_K_TILE, "bk": 16})  # a tie
     assert small_k_guess((2299, 124, 102), "float32", gpu).params["bk"] == 8  # 144 tiles: 1.1 an SM
@@ -430,13 +428,30 @@ def test_short_k_gets_small_tiles_with_the_k_step_that_pads_k_least():
     assert small_k_guess((179, 59, SMALL_K), "float32", gpu).params["bm"] == 32  # unsplit up to SMALL_K
     assert small_k_guess((16, 4096, 32), "float32", gpu).params["bm"] == 32  # the smallest fitted side
     assert small_k_guess((15, 4096, 32), "float32", gpu) is None  # a few rows: lookup's few-rows rule
-    assert small_k_guess((2008, 944, 60), "float32", gpu) == Config.of("vector", SMALL_K_TILE)  # 7.2 32x64 tiles an SM
-    assert small_k_guess((4000, 3000, 64), "float32", gpu).params["bm"] == 64  # 2961 64x64 tiles: 22 an SM
-    assert small_k_guess((6528, 4288, 32), "float32", gpu) is None  # 6834 tiles: C's stores bound it
     assert small_k_guess((6528, 4288, 32), "float32", on(GpuLimits.for_cc("9.0"), 0)) is None  # SM count unknown
-    assert small_k_guess((1024, 1024, SMALL_K + 1), "float32", gpu) is None  # K past SMALL_K
     assert small_k_guess((64, 16384, 32), "float32", gpu) is None  # skinny, 3.9 32x64 tiles an SM
     assert small_k_guess((1024, 1024, 32), "float64", gpu) is None  # measured in float32 only
+
+
+def test_a_larger_c_of_a_short_k_gets_the_64x64_tile_through_registers_where_b_is_aligned_and_c_is_big():
+    """Past the 32x64 tile's C, the 64x64 tile serves every C of a K up to SMALL_K and a C of up
+    to SMALL_K_TILES_PER_SM of its tiles an SM up to SHORT_K. It fetches through registers only
+    where B's rows in memory are 16-byte aligned and C makes at least REGISTER_MIN_TILES_PER_SM
+    of its tiles an SM; else it copies asynchronously."""
+    gpu = on(GpuLimits.for_cc("9.0"), 132)
+    assert small_k_guess((4000, 3000, 64), "float32", gpu) == Config.of("vector", SMALL_K_TILE)  # 22 tiles an SM
+    assert small_k_guess((6528, 4288, 32), "float32", gpu) == Config.of("vector", SMALL_K_TILE)  # 52: any C
+    assert small_k_guess((2896, 1712, 96), "float32", gpu) == Config.of("vector", SMALL_K_TILE)  # 9.4 an SM
+    assert small_k_guess((2896, 1713, 96), "float32", gpu) == Config.of("vector", SMALL_K_COPIED_TILE)  # B unaligned
+    assert small_k_guess((2896, 1713, 96), "float32", gpu, "NT") == Config.of("vector", SMALL_K_TILE)  # rows of K
+    assert small_k_guess((2896, 1712, 97), "float32", gpu, "NT") == Config.of("vector", SMALL_K_COPIED_TILE)
+    assert small_k_guess((2008, 944, 60), "float32", gpu) == Config.of("vector", SMALL_K_COPIED_TILE)  # 3.6 an SM
+    assert small_k_guess((1024, 1024, SMALL_K + 1), "float32", gpu) == Config.of("vector", SMALL_K_COPIED_TILE)
+    assert small_k_guess((4512, 4624, 96), "float32", gpu) is None  # 39 tiles an SM: the measured table
+    assert small_k_guess((2896, 1712, SHORT_K + 1), "float32", gpu) is None
+    assert small_k_guess((89, 234, 142), "float32", gpu) is None  # 0.09 32x64 tiles an SM: the table's K-splits
+    assert small_k_guess((100, 8131, 25), "float32", gpu).params["bm"] == 64  # both sides over SKINNY
+    assert small_k_guess((16384, 64, 25), "float32", gpu) is None  # skinny: 3.9 32x64 tiles an SM
 
 
 def test_row_families_are_searched_only_for_a_few_rows():

@@ -166,6 +166,9 @@ def test_a_tune_of_a_few_rows_or_a_short_k_starts_from_lookups_rule():
         assert configs[0].family == "gemv"
     configs = warm_start(Cache(), start("NVIDIA H200", (2008, 944, 60), families, limits, 132, "9.0"))
     assert configs[0] == small_k_guess((2008, 944, 60), "float32", on(limits, 132))
+    configs = warm_start(Cache(), start("NVIDIA H200", (2896, 1713, 96), families, limits, 132, "9.0", "NT"))
+    assert configs[0] == small_k_guess((2896, 1713, 96), "float32", on(limits, 132), "NT")
+    assert configs[0] != small_k_guess((2896, 1713, 96), "float32", on(limits, 132))  # B's rows: K long in NT
 
 
 def test_a_gpu_model_without_rows_warm_starts_from_its_architectures_records(monkeypatch):

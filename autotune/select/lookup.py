@@ -6,8 +6,9 @@ for this dtype, ranked in this order (the first that fits wins):
      few-rows a product of fewer rows than the smallest tile: B streamed once (the gemv family)
               for a few rows of float32 or float64, else the rule's 16-row tile, K split by the rule
               (autotune.space.guesses.few_rows_guess)
-     small-k  a float32 product of a short K (a few k-steps) and a C of a few tiles an SM: the
-              rule's 32x64 or 64x64 tile (autotune.space.guesses.small_k_guess)
+     small-k  a float32 product of a short K (a few k-steps): the rule's 32x64 tile for a small C,
+              else its 64x64 tile, through registers or copied asynchronously by B's alignment
+              and C's tiles an SM (autotune.space.guesses.small_k_guess)
   2. measured the candidate that the nearest shapes of a shipped measured table rate best
               (autotune.select.neighbours), where a table of this dtype and architecture ships
   3. nearest  a row for the tuned shape closest by autotune.store.rows.shape_distance (log2 scale;
@@ -162,10 +163,12 @@ def _find(problem: Problem, device: Device, deterministic: bool) -> Choice:
             tile = f"{entry.summary or 'its own tile'} ({few.family})" if entry.few_rows_config else "the 16-row tile"
             return Choice(few.family, few.params, "few-rows", device.name,
                           basis=f"{m} rows: {tile}, K split {few.params.get('splits', 1)} ways")
-        short = small_k_guess((m, n, k), dtype, gpu)
+        short = small_k_guess((m, n, k), dtype, gpu, layout)
         if short is not None:
-            return Choice(short.family, short.params, "small-k", device.name,
-                          basis=f"K = {k}: the {short.params['bm']}x{short.params['bn']} tile, BK {short.params['bk']}")
+            tile = short.params
+            pipeline = f"{tile['stages']} async stages" if tile["async_copy"] else "through registers"
+            return Choice(short.family, tile, "small-k", device.name,
+                          basis=f"K = {k}: the {tile['bm']}x{tile['bn']} tile, BK {tile['bk']}, {pipeline}")
         measured = _measured(problem, device, deterministic)
         if measured is not None:
             return measured

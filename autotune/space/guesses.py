@@ -7,6 +7,7 @@ from __future__ import annotations
 import kernels
 from autotune.space.configs import GpuLimits, infeasibility
 from kernels.contract import Config, DeviceLimits, Product
+from kernels.rules import unaligned_for
 
 #: how the rule's tiles (and the measured tables', autotune.select.neighbours) are computed whole,
 #: with K split or streamed: the schedules of the family whose configs they are (Family.rule_tiles)
@@ -179,15 +180,18 @@ def _family_few_rows(product: Product, sm_count: int, deterministic: bool) -> Co
 
 
 #: products whose K is a few k-steps are bound by latency (the short k-loop, C's stores, the
-#: launch), which more blocks an SM hide (steps 34 and 56; studies/h200/step56/):
-#: - where C makes at most SHORT_K_TILES_PER_SM 32x64 tiles an SM and K <= SHORT_K: SHORT_K_TILE,
-#:   each block copying its tiles 2 k-steps ahead, with the BK of SMALL_K_STEPS that leaves the
-#:   fewest zeros in the last k-step (16 on a tie); past SMALL_K only where C makes at least
-#:   SHORT_K_MIN_TILES_PER_SM of them an SM, since fewer blocks gain more from the measured table's
-#:   K-splits;
-#: - else, where K <= SMALL_K, both sides are wider than SKINNY and C makes at most
-#:   SMALL_K_TILES_PER_SM 64x64 tiles an SM: SMALL_K_TILE, 8 terms a k-step. A larger C is bound
-#:   by its stores, which the measured table's bigger tiles make faster.
+#: launch), which more blocks an SM hide (steps 34, 56 and 57; studies/h200/step56/, step57/):
+#: - K <= SHORT_K; past SMALL_K only where C makes at least SHORT_K_MIN_TILES_PER_SM 32x64 tiles
+#:   an SM, since fewer blocks gain more from the measured table's K-splits;
+#: - where C makes at most SHORT_K_TILES_PER_SM 32x64 tiles an SM: SHORT_K_TILE, each block
+#:   copying its tiles 2 k-steps ahead, with the BK of SMALL_K_STEPS that leaves the fewest zeros
+#:   in the last k-step (16 on a tie);
+#: - else, where both sides are wider than SKINNY and K <= SMALL_K (any C) or C makes at most
+#:   SMALL_K_TILES_PER_SM 64x64 tiles an SM: the 64x64 tile, 8 terms a k-step. It
+#:   fetches its tiles through registers (SMALL_K_TILE), 16 bytes a load, where B's rows are
+#:   16-byte aligned and C makes at least REGISTER_MIN_TILES_PER_SM of its tiles an SM; else, B
+#:   fetched element by element or too few blocks to hide one tile's fetch behind another's
+#:   products, it copies them asynchronously 2 k-steps ahead (SMALL_K_COPIED_TILE).
 SHORT_K = 160
 
 
@@ -197,7 +201,7 @@ SHORT_K_TILES_PER_SM, SHORT_K_MIN_TILES_PER_SM = 3, 0.2
 SMALL_K = 64
 
 
-SMALL_K_TILES_PER_SM = 24
+SMALL_K_TILES_PER_SM, REGISTER_MIN_TILES_PER_SM = 15, 4
 
 
 SHORT_K_TILE = {"bm": 32, "bn": 64, "tm": 4, "tn": 4, "pad": 4, "stages": 3, "unroll": True, "fragments": 1,
@@ -208,21 +212,28 @@ SMALL_K_TILE = {"bm": 64, "bn": 64, "bk": 8, "tm": 8, "tn": 4, "pad": 4, "stages
                 "wide_fetch": True, "async_copy": False, "min_blocks": 1}
 
 
+SMALL_K_COPIED_TILE = {**SMALL_K_TILE, "stages": 3, "async_copy": True}
+
+
 SMALL_K_STEPS = (16, 8)
 
 
-def small_k_guess(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits) -> Config | None:
-    """The rule's config for a float32 product of a short K (see SHORT_K): SHORT_K_TILE or
-    SMALL_K_TILE; None for other products, an unknown SM count, or where it cannot run."""
+def small_k_guess(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits, layout: str = "NN") -> Config | None:
+    """The rule's config for a float32 product of a short K in `layout` (see SHORT_K):
+    SHORT_K_TILE, SMALL_K_TILE or SMALL_K_COPIED_TILE; None for other products, an unknown SM
+    count, or where it cannot run."""
     m, n, k = shape
     sm_count = gpu.sm_count
     if dtype != "float32" or not sm_count or min(m, n) < MIN_FIT_SIDE:
         return None
-    per_sm = _tiles(m, n, SHORT_K_TILE) / sm_count
-    if k <= SHORT_K and per_sm <= SHORT_K_TILES_PER_SM and (k <= SMALL_K or per_sm >= SHORT_K_MIN_TILES_PER_SM):
+    per_sm, square_per_sm = _tiles(m, n, SHORT_K_TILE) / sm_count, _tiles(m, n, SMALL_K_TILE) / sm_count
+    if k > SHORT_K or (k > SMALL_K and per_sm < SHORT_K_MIN_TILES_PER_SM):
+        return None
+    if per_sm <= SHORT_K_TILES_PER_SM:
         tile = {**SHORT_K_TILE, "bk": min(SMALL_K_STEPS, key=lambda step: -k % step)}
-    elif k <= SMALL_K and min(m, n) > SKINNY and _tiles(m, n, SMALL_K_TILE) <= SMALL_K_TILES_PER_SM * sm_count:
-        tile = SMALL_K_TILE
+    elif min(m, n) > SKINNY and (k <= SMALL_K or square_per_sm <= SMALL_K_TILES_PER_SM):
+        registers = "B" not in unaligned_for(m, n, k, layout, dtype) and square_per_sm >= REGISTER_MIN_TILES_PER_SM
+        tile = SMALL_K_TILE if registers else SMALL_K_COPIED_TILE
     else:
         return None
     config = Config.of(*TILE_SCHEDULES.config(tile))
