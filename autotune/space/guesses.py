@@ -182,11 +182,12 @@ def _family_few_rows(product: Product, sm_count: int, deterministic: bool) -> Co
 #: products whose K is a few k-steps are bound by latency (the short k-loop, C's stores, the
 #: launch), which more blocks an SM hide (steps 34, 56 and 57; studies/h200/step56/, step57/):
 #: - K <= SHORT_K; past SMALL_K only where C makes at least SHORT_K_MIN_TILES_PER_SM 32x64 tiles
-#:   an SM, since fewer blocks gain more from the measured table's K-splits;
+#:   an SM (neither tile below serves a smaller C), since fewer blocks gain more from the measured
+#:   table's K-splits;
 #: - where C makes at most SHORT_K_TILES_PER_SM 32x64 tiles an SM: SHORT_K_TILE, each block
 #:   copying its tiles 2 k-steps ahead, with the BK of SMALL_K_STEPS that leaves the fewest zeros
 #:   in the last k-step (16 on a tie);
-#: - else, where both sides are wider than SKINNY and K <= SMALL_K (any C) or C makes at most
+#: - else, where both sides are wider than SKINNY, and K <= SMALL_K (any C) or C makes at most
 #:   SMALL_K_TILES_PER_SM 64x64 tiles an SM: the 64x64 tile, 8 terms a k-step. It
 #:   fetches its tiles through registers (SMALL_K_TILE), 16 bytes a load, where B's rows are
 #:   16-byte aligned and C makes at least REGISTER_MIN_TILES_PER_SM of its tiles an SM; else, B
@@ -226,13 +227,14 @@ def small_k_guess(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits, layou
     sm_count = gpu.sm_count
     if dtype != "float32" or not sm_count or min(m, n) < MIN_FIT_SIDE:
         return None
-    per_sm, square_per_sm = _tiles(m, n, SHORT_K_TILE) / sm_count, _tiles(m, n, SMALL_K_TILE) / sm_count
+    per_sm, square_tiles_per_sm = _tiles(m, n, SHORT_K_TILE) / sm_count, _tiles(m, n, SMALL_K_TILE) / sm_count
     if k > SHORT_K or (k > SMALL_K and per_sm < SHORT_K_MIN_TILES_PER_SM):
         return None
     if per_sm <= SHORT_K_TILES_PER_SM:
         tile = {**SHORT_K_TILE, "bk": min(SMALL_K_STEPS, key=lambda step: -k % step)}
-    elif min(m, n) > SKINNY and (k <= SMALL_K or square_per_sm <= SMALL_K_TILES_PER_SM):
-        registers = "B" not in unaligned_for(m, n, k, layout, dtype) and square_per_sm >= REGISTER_MIN_TILES_PER_SM
+    elif min(m, n) > SKINNY and (k <= SMALL_K or square_tiles_per_sm <= SMALL_K_TILES_PER_SM):
+        aligned_b = "B" not in unaligned_for(m, n, k, layout, dtype)
+        registers = aligned_b and square_tiles_per_sm >= REGISTER_MIN_TILES_PER_SM
         tile = SMALL_K_TILE if registers else SMALL_K_COPIED_TILE
     else:
         return None
