@@ -192,7 +192,8 @@ def _family_few_rows(product: Product, sm_count: int, deterministic: bool) -> Co
 #:   fetches its tiles through registers (SMALL_K_TILE), 16 bytes a load, where B's rows are
 #:   16-byte aligned and C makes at least REGISTER_MIN_TILES_PER_SM of its tiles an SM; else, B
 #:   fetched element by element or too few blocks to hide one tile's fetch behind another's
-#:   products, it copies them asynchronously 2 k-steps ahead (SMALL_K_COPIED_TILE).
+#:   products, it copies them asynchronously 2 k-steps ahead (SMALL_K_COPIED_TILE), where the GPU
+#:   can.
 SHORT_K = 160
 
 
@@ -221,8 +222,8 @@ SMALL_K_STEPS = (16, 8)
 
 def small_k_guess(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits, layout: str = "NN") -> Config | None:
     """The rule's config for a float32 product of a short K in `layout` (see SHORT_K):
-    SHORT_K_TILE, SMALL_K_TILE or SMALL_K_COPIED_TILE; None for other products, an unknown SM
-    count, or where it cannot run."""
+    SHORT_K_TILE, SMALL_K_TILE or SMALL_K_COPIED_TILE (else SMALL_K_TILE where the GPU has no
+    asynchronous copies); None for other products, an unknown SM count, or where none can run."""
     m, n, k = shape
     sm_count = gpu.sm_count
     if dtype != "float32" or not sm_count or min(m, n) < MIN_FIT_SIDE:
@@ -231,15 +232,15 @@ def small_k_guess(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits, layou
     if k > SHORT_K or (k > SMALL_K and per_sm < SHORT_K_MIN_TILES_PER_SM):
         return None
     if per_sm <= SHORT_K_TILES_PER_SM:
-        tile = {**SHORT_K_TILE, "bk": min(SMALL_K_STEPS, key=lambda step: -k % step)}
+        tiles = [{**SHORT_K_TILE, "bk": min(SMALL_K_STEPS, key=lambda step: -k % step)}]
     elif min(m, n) > SKINNY and (k <= SMALL_K or square_tiles_per_sm <= SMALL_K_TILES_PER_SM):
         aligned_b = "B" not in unaligned_for(m, n, k, layout, dtype)
         registers = aligned_b and square_tiles_per_sm >= REGISTER_MIN_TILES_PER_SM
-        tile = SMALL_K_TILE if registers else SMALL_K_COPIED_TILE
+        tiles = [SMALL_K_TILE] if registers else [SMALL_K_COPIED_TILE, SMALL_K_TILE]  # no cp.async before sm_80
     else:
         return None
-    config = Config.of(*TILE_SCHEDULES.config(tile))
-    return config if infeasibility(config.family, config.params, dtype, gpu) is None else None
+    configs = [Config.of(*TILE_SCHEDULES.config(tile)) for tile in tiles]
+    return next((config for config in configs if infeasibility(config.family, config.params, dtype, gpu) is None), None)
 
 
 def _tiles(m: int, n: int, tile: dict) -> int:
