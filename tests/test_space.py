@@ -453,8 +453,8 @@ def test_a_larger_c_of_a_short_k_gets_the_64x64_tile_through_registers_where_b_i
     assert small_k_guess((100, 8131, 25), "float32", gpu).params["bm"] == 64  # both sides over SKINNY
     assert small_k_guess((16384, 64, 25), "float32", gpu) is None  # skinny: 3.9 32x64 tiles an SM
     t4 = on(GpuLimits.for_cc("7.5"), 40)  # no asynchronous copies before sm_80
-    assert small_k_guess((2896, 1713, 96), "float32", t4) is None  # 19 64x64 tiles an SM: past the cap
-    assert small_k_guess((1000, 1001, 64), "float32", t4) == Config.of("vector", SMALL_K_TILE)
+    assert small_k_guess((2896, 1713, 96), "float32", t4) is None  # 31 64x64 tiles an SM: past the cap
+    assert small_k_guess((1000, 1001, 64), "float32", t4) == Config.of("vector", SMALL_K_TILE)  # B unaligned: no copies
     assert small_k_guess((34, 2745, 85), "float32", t4) is None  # the 32x64 tile copies asynchronously
 
 
