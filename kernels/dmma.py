@@ -272,18 +272,18 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
 
     multiply_tile = unrolled(chunk_step, CHUNKS)
 
-    def copied_steps(copy):
-        """Multiply tiles t_from to t_to of the n from k_begin on, each copied STAGES - 1 tiles
-        ahead by `copy`, starting in shared tile `stage` with its first chunk's fragments in set
-        0; returns the next stage. A pass multiplies PASS tiles, an even number of chunks."""
+    def copied_steps(copy, tested: bool):
+        """Multiply tiles t_from to t_to of the n from k_begin on, each copied STAGES - 1 tiles ahead by `copy`,
+        from shared tile `stage` with its first chunk's fragments in set 0; returns the next stage. A pass multiplies
+        PASS tiles, an even number of chunks; untested, it has no branch: ptxas mixes its copies among the mma's."""
 
         @cuda.jit(device=True)
         def tile(u, A, B, sA, sB, t, t_to, n, k_begin, stage, row0, col0, tid, a_row, b_col, k_lane, a_frag, b_frag,
                  acc):
             """Tile t + u of the pass from tile t in `stage`, if before t_to."""
             here, t = stage + u if stage + u < STAGES else stage + u - STAGES, t + u
-            if t < t_to:
-                if t + STAGES - 1 < n:  # into the stage every warp finished reading before the last barrier
+            if not tested or t < t_to:
+                if not tested or t + STAGES - 1 < n:  # into a stage every warp read before the last barrier
                     ahead = here - 1 if here > 0 else STAGES - 1
                     copy(A, B, k_begin + (t + STAGES - 1) * BK, row0, col0, tid, sA[ahead], sB[ahead])
                 commit()
@@ -302,7 +302,7 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
 
         return steps
 
-    checked_steps, unchecked_steps = copied_steps(copy_checked), copied_steps(copy_unchecked)
+    checked_steps, unchecked_steps = copied_steps(copy_checked, True), copied_steps(copy_unchecked, False)
 
     @cuda.jit(device=True)
     def multiply_all(A, B, sA, sB, k_begin, k_end, row0, col0, tid, a_row, b_col, k_lane, a_frag, b_frag, acc):

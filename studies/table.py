@@ -330,6 +330,12 @@ SHIPPED = {
         {"step": "relabel", "commit": "step 55 (issue 39)", "hashes": STEP55_HASHES,
          "what": "step 55: wgmma's tiles of any 8 columns and swapped operands, off by default, and the families' "
                  "fit: the same sm_90 PTX for every record (studies/ptx_same.py)"},
+        {"step": "promote", "commit": "step 58 (issue 39)", "file": "h200/step58/tune64/tuned.json.xz",
+         "what": "step 58: the 19 dmma records tuned again on an H200 on the k-loop without branches, 10 trials "
+                 "each (`mmtune tune --recorded`)"},
+        {"step": "drop", "commit": "step 58 (issue 39)", "family": "tf32x3", "only": ["64x4096x16384@float32"],
+         "what": "step 58: the one tf32x3 record, timed on the code before the k-loop without branches and not "
+                 "timed again (the session's device time ran out); its shape has a current splitk row"},
     ],
     "records/nvidia-h100-80gb-hbm3.json": [
         {"step": "promote", "commit": "step 39 (issue 39)", "file": "h100/step39/tune/tuned.json.xz",
@@ -409,6 +415,9 @@ SHIPPED = {
         {"step": "relabel", "commit": "step 55 (issue 39)", "hashes": STEP55_HASHES,
          "what": "step 55: wgmma's tiles of any 8 columns and swapped operands, off by default, and the families' "
                  "fit: the same sm_90 PTX for every record (studies/ptx_same.py)"},
+        {"step": "promote", "commit": "step 58 (issue 39)", "file": "h100/step58/tune64/tuned.json.xz",
+         "what": "step 58: the 18 dmma records tuned again on an H100 on the k-loop without branches, 10 trials "
+                 "each (`mmtune tune --recorded`)"},
     ],
 }
 
@@ -536,7 +545,7 @@ def loo_summary(table: dict) -> str:
 
 
 def taken(row, step: dict) -> bool:
-    """Whether a promote step takes `row` (autotune.store.rows.Row): all rows, or `only` those
+    """Whether a promote (drop) step takes (drops) `row` (autotune.store.rows.Row): all rows, or `only` those
     named, or all but those `except` names (a shape, or shape@dtype)."""
     shape = "x".join(map(str, row.shape))
     names = {shape, f"{shape}@{row.dtype}"}
@@ -559,6 +568,8 @@ def built_records(steps: list[dict], root: Path, out: Path) -> None:
         elif step["step"] == "relabel":
             rows = {key: replace(row, source_hash=step["hashes"].get(row.family, row.source_hash))
                     for key, row in rows.items()}
+        elif step["step"] == "drop":
+            rows = {key: row for key, row in rows.items() if row.family != step["family"] or not taken(row, step)}
         else:
             raise SystemExit(f"unknown records step {step['step']}")
     out.unlink(missing_ok=True)

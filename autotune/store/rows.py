@@ -181,13 +181,11 @@ def nearest_rows(rows: list[Row], shape: tuple[int, int, int], count: int = 1) -
 #: docstring told of its fragment sets (step 51), gemv's few-rows rule taking float64 (step
 #: 53), and gemv's streamed B and A read as vectors, off by default (step 54; the rows of its
 #: builds on the way, of the same PTX), and wgmma's tiles of any 8 columns and swapped operands
-#: with the families' contract's fit (step 55). dmma's and tf32x3's rows from before step 51 are stale:
-#: their code changed. Step 48 changed one kind of build: wgmma's with two producers for rows that are not 16-byte aligned,
+#: with the families' contract's fit (step 55). dmma's and tf32x3's rows from before step 58 are stale:
+#: their code changed (steps 51 and 58). Step 48 changed one kind of build: wgmma's with two producers for rows that are not 16-byte aligned,
 #: which now move them as whole words; rows timed on those keep their configs, whose speeds they
 #: understate
 SAME_CODE = {
-    **dict.fromkeys(("e852524ecfe9429f", "68e3793d9c50ff61"), "9a0aa5e66a19f1ac"),  # dmma
-    **dict.fromkeys(("01179feb027a7c63", "1c5e51ae6c4b3793"), "8b659bf735419253"),  # tf32x3
     **dict.fromkeys(("e861213c0d10400a", "46c18dbcbf6be0a5", "8bfff77fd2b69181",
                      "a8f0260fda7b91dd", "518e63140bddc879", "abb96c882b71735b",
                      "26a0bc50e0850d9e", "975e277a70850b48", "77e0429cdab60417",
