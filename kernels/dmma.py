@@ -274,13 +274,13 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
 
     def copied_steps(copy, tested: bool):
         """Multiply tiles t_from to t_to of the n from k_begin on, each copied STAGES - 1 tiles ahead by `copy`,
-        from shared tile `stage` with its first chunk's fragments in set 0; returns the next stage. A pass multiplies
-        PASS tiles, an even number of chunks; untested, it has no branch: ptxas mixes its copies among the mma's."""
+        from shared tile `stage`, its first chunk's fragments in set 0; returns the next stage. A pass is PASS tiles
+        (even chunks). Untested (only where each tile has one to copy), it has no branch: ptxas mixes in the copies."""
 
         @cuda.jit(device=True)
         def tile(u, A, B, sA, sB, t, t_to, n, k_begin, stage, row0, col0, tid, a_row, b_col, k_lane, a_frag, b_frag,
                  acc):
-            """Tile t + u of the pass from tile t in `stage`, if before t_to."""
+            """Tile t + u of the pass from tile t in `stage`, if before t_to (always, untested)."""
             here, t = stage + u if stage + u < STAGES else stage + u - STAGES, t + u
             if not tested or t < t_to:
                 if not tested or t + STAGES - 1 < n:  # into a stage every warp read before the last barrier

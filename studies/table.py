@@ -164,6 +164,10 @@ STEP55_HASHES = {"wgmma": "15495fcc158b3ea5", "dmma": "9a0aa5e66a19f1ac", "tf32x
                  "streamk": "45b22ad810259906", "shared": "3f4d94121278760b", "naive": "dc99bee5c05df9ed",
                  "gemv": "e8ac55794b4d8383"}
 
+#: dmma's docstring told why its untested k-loop needs no tests, after the step-58 tuning: the same
+#: sm_90 PTX for the 37 dmma records (studies/ptx_same.py)
+STEP58_DOCSTRING = {"dmma": "2a3b8f75667b54dc", "tf32x3": "8af2fb2881a043cb"}
+
 SHIPPED = {
     "measured/nvidia-h200.json.xz": [
         {"step": "table", "commit": "9494194",
@@ -336,6 +340,8 @@ SHIPPED = {
         {"step": "drop", "commit": "step 58 (issue 39)", "family": "tf32x3", "only": ["64x4096x16384@float32"],
          "what": "step 58: the one tf32x3 record, timed on the code before the k-loop without branches and not "
                  "timed again (the session's device time ran out); its shape has a current splitk row"},
+        {"step": "relabel", "commit": "step 58 (issue 39)", "hashes": STEP58_DOCSTRING,
+         "what": "step 58: dmma's docstring after the tuning: the same sm_90 PTX"},
     ],
     "records/nvidia-h100-80gb-hbm3.json": [
         {"step": "promote", "commit": "step 39 (issue 39)", "file": "h100/step39/tune/tuned.json.xz",
@@ -418,6 +424,8 @@ SHIPPED = {
         {"step": "promote", "commit": "step 58 (issue 39)", "file": "h100/step58/tune64/tuned.json.xz",
          "what": "step 58: the 18 dmma records tuned again on an H100 on the k-loop without branches, 10 trials "
                  "each (`mmtune tune --recorded`)"},
+        {"step": "relabel", "commit": "step 58 (issue 39)", "hashes": STEP58_DOCSTRING,
+         "what": "step 58: dmma's docstring after the tuning: the same sm_90 PTX"},
     ],
 }
 
@@ -569,7 +577,10 @@ def built_records(steps: list[dict], root: Path, out: Path) -> None:
             rows = {key: replace(row, source_hash=step["hashes"].get(row.family, row.source_hash))
                     for key, row in rows.items()}
         elif step["step"] == "drop":
-            rows = {key: row for key, row in rows.items() if row.family != step["family"] or not taken(row, step)}
+            kept = {key: row for key, row in rows.items() if row.family != step["family"] or not taken(row, step)}
+            if len(kept) == len(rows):
+                raise SystemExit(f"{step['commit']}: the drop step matches no row")
+            rows = kept
         else:
             raise SystemExit(f"unknown records step {step['step']}")
     out.unlink(missing_ok=True)

@@ -174,18 +174,19 @@ def nearest_rows(rows: list[Row], shape: tuple[int, int, int], count: int = 1) -
 #: 37), `Arch` given arch-specific targets (step 38), the split a scale to take (step 39),
 #: wgmma a producer warpgroup, off by default (step 43), every family a bias, omitted by default
 #: (step 45), wgmma two producer warpgroups (step 47), the intrinsics a copy of whole 16-byte
-#: words (step 48), the mma.sync families' tiles stored other than along M and N, off by
-#: default (step 49), dmma a second tile for a cold tune to try first (step 50), and dmma's
-#: copies and fragments, for every other family (step 51), without changing a kernel, so rows
-#: measured before are as current as rows measured after, as are rows measured before dmma's
-#: docstring told of its fragment sets (step 51), gemv's few-rows rule taking float64 (step
-#: 53), and gemv's streamed B and A read as vectors, off by default (step 54; the rows of its
-#: builds on the way, of the same PTX), and wgmma's tiles of any 8 columns and swapped operands
-#: with the families' contract's fit (step 55). dmma's and tf32x3's rows from before step 58 are stale:
-#: their code changed (steps 51 and 58). Step 48 changed one kind of build: wgmma's with two producers for rows that are not 16-byte aligned,
+#: words (step 48), dmma's copies and fragments, for every other family (step 51), gemv's
+#: few-rows rule taking float64 (step 53), and gemv's streamed B and A read as vectors, off by
+#: default (step 54; the rows of its builds on the way, of the same PTX), and wgmma's tiles of
+#: any 8 columns and swapped operands with the families' contract's fit (step 55), without
+#: changing a kernel, so rows measured before are as current as rows measured after. dmma's and
+#: tf32x3's rows from before step 58 are stale: their code changed (steps 51 and 58), as are rows measured
+#: before dmma's docstring told why its untested k-loop needs no tests (step 58). Step 48
+#: changed one kind of build: wgmma's with two producers for rows that are not 16-byte aligned,
 #: which now move them as whole words; rows timed on those keep their configs, whose speeds they
 #: understate
 SAME_CODE = {
+    "440e41f1c14e49d3": "2a3b8f75667b54dc",  # dmma
+    "e8e27951728ebace": "8af2fb2881a043cb",  # tf32x3
     **dict.fromkeys(("e861213c0d10400a", "46c18dbcbf6be0a5", "8bfff77fd2b69181",
                      "a8f0260fda7b91dd", "518e63140bddc879", "abb96c882b71735b",
                      "26a0bc50e0850d9e", "975e277a70850b48", "77e0429cdab60417",
