@@ -1,20 +1,19 @@
 """float64 products on the FP64 tensor cores: warps of `mma.sync` instructions (kernels.warp_mma).
 
-FFMA caps float64 at half the FP64 rate of a Hopper SM's tensor cores, where cuBLAS's DGEMM runs. `make`
-also builds kernels.tf32x3's float32 kernels, which are these with three TF32 instructions where this family
-has one float64 instruction. A block of WARPS_M x WARPS_N warps computes a BM x BN tile of C, each warp a
-(BM / WARPS_M) x (BN / WARPS_N) part of it as tiles of the instruction's M x 8: per K of the instruction, a
-lane reads its elements of A and B (kernels.warp_mma.fragment) from shared memory and the warp issues one
-mma per tile. float64 keeps two sets of fragments: a chunk reads the next one's (past the barrier, the next
-tile's first) into one while its mma's issue from the other; tf32x3's split parts, twice the registers, keep
-one. Tiles of A and B come into shared memory by asynchronous copies STAGES - 1 tiles ahead, moved as
-`vector`'s are (kernels.tiles.tile_copier, any layout), and lie there as sA[k, m] and sB[k, n] with
-PAD_BYTES more per row: a lane reads rows k = lane % 4 (+ 4 v) at column lane // 4, and rows 32 bytes (mod
-128) apart put a warp's 32 reads on distinct banks. With `stored` "k" they lie as sA[m, k] and sB[n, k];
-with "memory" each lies as it does in memory (A in N and B in T K-major), so that every copy moves 16 bytes.
-Then the k's a lane holds are adjacent in the tile: the instruction's k = lane % 4 + 4 v is the tile's lane
-% 4 * (K / 4) + v, for A and B alike, which leaves the sum unchanged; a K-major tile's row gives them two a
-load. Rows are padded (kernels.mma_space.tile_rows) so that a warp's loads fall on distinct banks.
+FFMA caps float64 at half the FP64 rate of a Hopper SM's tensor cores, where cuBLAS's DGEMM runs. `make` also
+builds kernels.tf32x3's float32 kernels: these with three TF32 instructions for each float64 one. A block of
+WARPS_M x WARPS_N warps computes a BM x BN tile of C, each warp a (BM / WARPS_M) x (BN / WARPS_N) part of it as
+tiles of the instruction's M x 8: per K of the instruction, a lane reads its elements of A and B
+(kernels.warp_mma.fragment) from shared memory and the warp issues one mma per tile. float64 keeps two sets of
+fragments: a chunk reads the next one's (past the barrier, the next tile's first) into one while its mma's issue
+from the other; tf32x3's split parts, twice the registers, keep one. Tiles of A and B come into shared memory by
+asynchronous copies STAGES - 1 tiles ahead, moved as `vector`'s are (kernels.tiles.tile_copier, any layout), and
+lie there as sA[k, m] and sB[k, n] ("mn"), sA[m, k] and sB[n, k] ("k"), or each as it lies in memory ("memory":
+A in N and B in T K-major, so that every copy moves 16 bytes). float64 reads every element alone, into the
+register its instruction reads it from; tf32x3's split parts are `paired` (kernels.mma_space): a lane's k's lie
+adjacent in the tile (the instruction's k = lane % 4 + 4 v is the tile's lane % 4 * (K / 4) + v, for A and B
+alike, which leaves the sum unchanged), two a load along a K-major row. Rows are padded
+(kernels.mma_space.tile_rows) so that a warp's loads fall on distinct banks.
 Parameters:
   mma                 the instruction's shape, M x N x K (kernels.warp_mma.SHAPES): m8n8k4 on
                       sm_80 and later, the 16-row ones on sm_90
@@ -23,8 +22,8 @@ Parameters:
   stages              shared tiles, 2 to 5 (dynamic shared memory past 48 KB)
   splits              blocks along K per tile of C, adding into C atomically (as `splitk`)
   min_blocks          blocks per SM ptxas must leave registers for (launch_bounds)
-  stored              how the tiles lie in shared memory: "mn" along M and N, "k" along K, "memory"
-                      as in memory (instructions with K >= 8 for "k" and "memory", K = 8 for "memory")
+  stored              how the tiles lie in shared memory: "mn", "k" or "memory" (tf32x3's "k" and
+                      "memory" need an instruction K of 8 or more, "memory" of 8)
 """
 
 from __future__ import annotations
@@ -74,6 +73,7 @@ from .mma_space import (  # noqa: F401  the space dmma and tf32x3 declare
     instructions,
     k_major_operands,
     lane_k,
+    paired,
     pad,
     restrict,
     shared_bytes,
@@ -95,9 +95,8 @@ def build(config: dict, dtype: str, layout: str = "NN", offset_bits: int = 32, u
 
 def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits: int = 32,
          unaligned: str = "") -> Kernel:
-    """The kernel for `config` multiplying `dtype` by the instruction KIND names. `unaligned`
-    names the operands built for rows that are not 16-byte aligned, whose tiles then move one
-    element at a time inside the matrices (as `vector`'s with wide_fetch)."""
+    """The kernel for `config` multiplying `dtype` by the instruction KIND names. `unaligned` names the operands
+    built for rows that are not 16-byte aligned, whose tiles then move one element at a time (as `vector`'s)."""
     BM, BN, BK, STAGES, SPLITS = config["bm"], config["bn"], config["bk"], config["stages"], config["splits"]
     WARPS_M = config["warps_m"]
     FM, FN = warp_tiles(config)
@@ -116,7 +115,7 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
     A_SETS, B_SETS = SETS * A_FRAGMENT, SETS * B_FRAGMENT
     CHUNKS = BK // IK // CHUNK  # a tile's
     PASS = 2 if SETS == 2 and CHUNKS % 2 else 1  # tiles a pass, so that a set's role is the same each pass
-    PERMUTED = config.get("stored", "mn") != "mn"  # a lane's k's adjacent in the tile
+    PAIRED = paired(config, dtype)  # a lane's k's adjacent in the tile, two a load along K-major rows
     K_MAJOR = k_major_operands(config, layout)
     A_K, B_K = "A" in K_MAJOR, "B" in K_MAJOR
     PER_LANE = lane_k(config)
@@ -170,11 +169,9 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
 
         @cuda.jit(device=True)
         def sums(a_frag, b_frag, a_first, b_first, c):
-            """C plus the chunk's CHUNK steps of A @ B, each as the three TF32 products that
-            matter: the small ones summed from zero and scaled back (the small parts are held
-            scaled, kernels.warp_mma.split_tf32), then the big ones onto them. The tensor cores
-            round their sums toward zero, which in one accumulator over a long K adds up to many
-            times float32's error: C is added after."""
+            """C plus the chunk's CHUNK steps of A @ B as the three TF32 products that matter: the small ones from
+            zero, scaled back (kernels.warp_mma.split_tf32), then the big ones. The tensor cores' sums truncate,
+            which in one accumulator over a long K adds up to many times float32's error: C is added after."""
             d = ZERO
             for s in range(CHUNK):
                 a, b = a_first + s * A_STEP, b_first + s * B_STEP
@@ -187,9 +184,8 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
             return c[0] + d[0], c[1] + d[1], c[2] + d[2], c[3] + d[3]
 
     def lane_reader(k_major: bool, stride: int, held: int):
-        """read(tile, stage, line, k, frag, first): this lane's PER_LANE adjacent k's from k on of
-        row (A) or column (B) `line` into frag[first + stride * v]: two a load along a K-major
-        tile's row, one a load down a column of the other."""
+        """read(tile, stage, line, k, frag, first): this lane's PER_LANE adjacent k's from k on of row (A) or
+        column (B) `line` into frag[first + stride * v]: two a load along a K-major row, else one a load."""
 
         @cuda.jit(device=True)
         def read(tile, stage, line, k, frag, first):
@@ -208,7 +204,7 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
 
     @cuda.jit(device=True)
     def read_adjacent(q, sA, sB, stage, a_row, b_col, k_lane, a_frag, b_frag, at):
-        """read_spread where a lane's k's lie adjacent in the tiles."""
+        """read_spread where a lane's k's lie adjacent in the tiles (PAIRED)."""
         for s in range(CHUNK):
             k = (q * CHUNK + s) * IK + k_lane * PER_LANE
             for i in range(FM):
@@ -217,23 +213,30 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
             for j in range(FN):
                 read_b(sB, stage, b_col + j * IN, k, b_frag, at * B_FRAGMENT + s * B_STEP + j * B_PER)
 
+    def element(k_major: bool):
+        """at(tile, stage, k, line): element (k, line) of a tile lying along K (k_major), or along M or N."""
+        if k_major:
+            return cuda.jit(device=True)(lambda tile, stage, k, line: load_shared(tile, (stage, line, k)))
+        return cuda.jit(device=True)(lambda tile, stage, k, line: load_shared(tile, (stage, k, line)))
+
+    a_at, b_at = element(A_K), element(B_K)
+
     @cuda.jit(device=True)
     def read_spread(q, sA, sB, stage, a_row, b_col, k_lane, a_frag, b_frag, at):
-        """This lane's elements of A and B for chunk q of CHUNK steps of the instruction's K, into
-        fragment set `at`."""
+        """This lane's elements of A and B for chunk q of CHUNK instruction K-steps, into set `at`, one a load."""
         for s in range(CHUNK):
             k = (q * CHUNK + s) * IK + k_lane
             for i in range(FM):
                 for v1 in range(IK // 4):
                     for v0 in range(HALVES):
                         keep(a_frag, at * A_FRAGMENT + s * A_STEP + i * A_PER + v0 + HALVES * v1, A_HELD,
-                             load_shared(sA, (stage, k + 4 * v1, a_row + i * IM + 8 * v0)))
+                             a_at(sA, stage, k + 4 * v1, a_row + i * IM + 8 * v0))
             for j in range(FN):
                 for v in range(IK // 4):
                     keep(b_frag, at * B_FRAGMENT + s * B_STEP + j * B_PER + v, B_HELD,
-                         load_shared(sB, (stage, k + 4 * v, b_col + j * IN)))
+                         b_at(sB, stage, k + 4 * v, b_col + j * IN))
 
-    read_chunk = read_adjacent if PERMUTED else read_spread
+    read_chunk = read_adjacent if PAIRED else read_spread
 
     @cuda.jit(device=True)
     def sum_tile(j, i, at, a_frag, b_frag, acc):
@@ -253,10 +256,9 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
 
     @cuda.jit(device=True)
     def chunk_step(q, u, sA, sB, stage, a_row, b_col, k_lane, a_frag, b_frag, acc):
-        """Chunk q of the u-th tile of a pass, whose fragments set (u * CHUNKS + q) % SETS holds: the
-        next chunk's into the other set (the next tile's first once the barrier has made it
-        resident and every warp is done with the tile before), then this chunk's sums; with one
-        set, the sums first."""
+        """Chunk q of the u-th tile of a pass, whose fragments set (u * CHUNKS + q) % SETS holds: the next chunk's
+        into the other set (the next tile's first once the barrier has made it resident and every warp is done
+        with the tile before), then this chunk's sums; with one set, the sums first."""
         at = (u * CHUNKS + q) % SETS
         if SETS == 1:
             sum_tiles(at, a_frag, b_frag, acc)
@@ -306,8 +308,8 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
 
     @cuda.jit(device=True)
     def multiply_all(A, B, sA, sB, k_begin, k_end, row0, col0, tid, a_row, b_col, k_lane, a_frag, b_frag, acc):
-        """The tiles from k_begin to k_end, the first chunk's fragments read ahead; without bounds
-        tests while a block inside C copies whole tiles inside A and B of aligned rows."""
+        """The tiles from k_begin to k_end, the first chunk's fragments read ahead; without bounds tests while a
+        block inside C copies whole tiles inside A and B of aligned rows."""
         n, whole = max(0, -(-(k_end - k_begin) // BK)), max(0, (k_end - k_begin) // BK)
         M, N, _ = dims(A, B)
         unchecked, inside = 0, row0 + BM <= M and col0 + BN <= N and whole >= STAGES - 1
@@ -334,9 +336,8 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
 
     @cuda.jit(device=True)
     def write_back(C, bias, M, N, row0, col0, a_row, c_col, acc):
-        """C's tile from the accumulators and the bias (added into C when K is split, the bias by
-        the first split). A block moved back from C's edge writes from its own tile's first row
-        and column on (as `vector`'s)."""
+        """C's tile from the accumulators and the bias (added into C when K is split, the bias by the first split).
+        A block moved back from C's edge writes from its own tile's first row and column on (as `vector`'s)."""
         top, left = -(-row0 // BM) * BM, -(-col0 // BN) * BN
         for i in range(FM):
             for v1 in range(HALVES):
@@ -391,8 +392,7 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
 
 
 def _gather(count: int):
-    """gather(values, first) -> (values[first], ..., values[first + count - 1]): an instruction's
-    operand as the tuple kernels.warp_mma takes."""
+    """gather(values, first) -> values[first:first + count] as the tuple operand kernels.warp_mma takes."""
     if count not in _GATHERS:
         raise ValueError(f"no {count}-element operands")
     return cuda.jit(device=True)(_GATHERS[count])

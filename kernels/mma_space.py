@@ -51,16 +51,18 @@ KIND = {"float64": "f64", "float32": "tf32"}
 PARTS = {"float64": 1, "float32": 2}
 
 #: the tile a cold tune tries first (autotune.space.guesses), and what each compute capability
-#: changes of it: sm_90 adds 16-row instructions to sm_80's m8n8k4, of which 16 x 8 x 8 with 8-deep
-#: tiles in 4 stages ran fastest at large shapes (docs/performance.md, step 49)
+#: changes of it: sm_90 adds 16-row instructions to sm_80's m8n8k4, of which 16 x 8 x 8 on 128 x 128
+#: tiles, 16-deep, in 4 stages, as they lie in memory, ran fastest at large shapes (docs/performance.md,
+#: steps 49 and 59)
 FIRST_TILE = {"bm": 64, "bn": 128, "bk": 16, "warps_m": 1, "warps_n": 4, "stages": 3, "min_blocks": 1, "stored": "mn"}
 
-FIRST_BY_ARCH = {(8, 0): {"mma": "m8n8k4"}, (9, 0): {"mma": "m16n8k8", "bk": 8, "stages": 4}}
+FIRST_BY_ARCH = {(8, 0): {"mma": "m8n8k4"},
+                 (9, 0): {"mma": "m16n8k8", "bm": 128, "warps_m": 2, "stages": 4, "stored": "memory"}}
 
-#: the tile a cold tune also tries where the first tile's blocks would leave SMs short: half as
-#: wide, a warp a 16-row slice, tiles as they lie in memory; it needs a K = 8 instruction (sm_90)
-#: and ran fastest where the first tile gave fewer blocks than SMs (docs/performance.md, step 50)
-FEW_TILE = {"bm": 64, "bn": 64, "bk": 16, "warps_m": 4, "warps_n": 1, "stages": 4, "min_blocks": 1, "stored": "memory"}
+#: the tile a cold tune also tries where the first tile's blocks would leave SMs short: 64 x 64, 2 x 2
+#: warps, 16-deep, 3 stages, tiles as they lie in memory, on sm_90's 16 x 8 x 8 instruction; it ran
+#: fastest at mid shapes (docs/performance.md, steps 50 and 59)
+FEW_TILE = {"bm": 64, "bn": 64, "bk": 16, "warps_m": 2, "warps_n": 2, "stages": 3, "min_blocks": 1, "stored": "memory"}
 
 FEW_BY_ARCH = {(9, 0): {"mma": "m16n8k8"}}
 
@@ -69,9 +71,16 @@ def pad(dtype: str) -> int:
 
 def lane_k(config: dict) -> int:
     """The k's of one row of A (column of B) a lane holds for one instruction: 4 apart in the
-    PTX ISA's fragments; with `stored` other than "mn", adjacent in the tile, where the same
-    order for A and B leaves the sum unchanged."""
+    PTX ISA's fragments; `paired`, adjacent in the tile, where the same order for A and B leaves
+    the sum unchanged."""
     return SHAPES[config["mma"]][2] // 4
+
+def paired(config: dict, dtype: str) -> bool:
+    """Whether a lane reads its k's of a K-major row K_MAJOR_LOAD a load: TF32's split parts (with
+    `stored` other than "mn"). A float64 pair would land in A's fragment two registers apart (the
+    PTX ISA's order), and ptxas then moves every element it loads; one a load, unpermuted, puts each
+    where the instruction reads it."""
+    return PARTS[dtype] == 2 and config.get("stored", "mn") != "mn"
 
 def k_major_operands(config: dict, layout: str) -> str:
     """The operands whose tiles lie K-major (sA[m, k], sB[n, k]), the others lying as sA[k, m]
@@ -88,11 +97,11 @@ def tile_rows(config: dict, dtype: str, layout: str) -> tuple[tuple[int, int], t
     """(rows, row length) of one stage of A's and of B's shared tile in `layout`, rows padded so
     that a warp's reads of its fragments fall on distinct banks."""
     bk, per_lane, k_major = config["bk"], lane_k(config), k_major_operands(config, layout)
-    tiles = []
+    pairs, tiles = paired(config, dtype), []
     for name, side in (("A", config["bm"]), ("B", config["bn"])):
         if name in k_major:
-            tiles.append((side, bk + k_major_pad(bk, dtype, per_lane)))
-        elif config.get("stored", "mn") == "mn":
+            tiles.append((side, bk + (k_major_pad(bk, dtype, per_lane) if pairs else spread_pad(bk, dtype))))
+        elif not pairs:
             tiles.append((bk, side + pad(dtype)))
         else:
             tiles.append((bk, side + mn_pad(side, dtype, per_lane)))
@@ -114,6 +123,14 @@ def mn_pad(side: int, dtype: str, per_lane: int) -> int:
     size = itemsize(dtype)
     return fewest_pad(side, size, 1, lambda row: [
         [((lane % 4) * per_lane + v) * row + (lane // 4) * size for lane in range(WARP)] for v in range(per_lane)])
+
+@cache
+def spread_pad(bk: int, dtype: str) -> int:
+    """Elements after each BK-long row of a K-major tile whose lane reads k's lane % 4 + 4 v of row
+    lane // 4, one a load (`fewest_pad`)."""
+    size = itemsize(dtype)
+    return fewest_pad(bk, size, 1, lambda row: [
+        [(lane // 4) * row + (lane % 4 + 4 * v) * size for lane in range(WARP)] for v in range(bk // 4)])
 
 def fewest_pad(length: int, size: int, load: int, addresses) -> int:
     """The fewest elements of `size` bytes after each row of `length` that keep rows 16-byte
@@ -197,9 +214,9 @@ def fits(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
                 f"into {m}x{n} tiles")
     if config["bk"] % (k * config.get("chunk", 1)):
         return f"bk={config['bk']} is not a multiple of {config.get('chunk', 1)} steps of the instruction's K={k}"
-    if config.get("stored", "mn") != "mn" and lane_k(config) < K_MAJOR_LOAD:
+    if paired(config, dtype) and lane_k(config) < K_MAJOR_LOAD:
         return f"stored={config['stored']!r} needs an instruction whose K is 8 or more, not {k}"
-    if config.get("stored") == "memory" and lane_k(config) > K_MAJOR_LOAD:
+    if paired(config, dtype) and config["stored"] == "memory" and lane_k(config) > K_MAJOR_LOAD:
         return (f"stored='memory' reads {lane_k(config)} rows a lane of tiles lying along M or N, which no "
                 "16-byte-aligned padding keeps on distinct banks")
     fm, fn = warp_tiles(config)

@@ -194,10 +194,11 @@ def test_shape_guesses_fit_skinny_and_few_tile_shapes():
 def test_float64_takes_the_fp64_tensor_cores_by_compute_capability():
     hopper = DeviceLimits.for_cc("9.0")
     guesses = shape_guesses((4096, 4096, 4096), "float64", on(hopper, 132, "9.0"))
-    assert guesses[0].family == "dmma" and guesses[0].params == {**DMMA_TILE, "mma": "m16n8k8", "bk": 8, "stages": 4,
-                                                                 "splits": 1}
-    split, whole = shape_guesses((512, 512, 16384), "float64", on(hopper, 132, "9.0"))[:2]  # 32 tiles: split for 2 waves
-    assert (split.params["splits"], whole.params["splits"]) == (16, 1)
+    assert guesses[0].family == "dmma" and guesses[0].params == {
+        **DMMA_TILE, "mma": "m16n8k8", "bm": 128, "bn": 128, "bk": 16, "warps_m": 2, "warps_n": 4, "stages": 4,
+        "stored": "memory", "splits": 1}
+    split, whole = shape_guesses((512, 512, 16384), "float64", on(hopper, 132, "9.0"))[:2]  # 16 tiles: split for 2 waves
+    assert (split.params["splits"], whole.params["splits"]) == (32, 1)
     assert shape_guesses((4096, 4096, 4096), "float64", on(DeviceLimits.for_cc("8.0"), 108, "8.0"))[0].params["mma"] == "m8n8k4"
     for dtype, cc in (("float64", "7.5"), ("float64", "8.6"), ("float64", None), ("float32", "9.0")):
         assert all(g.family != "dmma" for g in shape_guesses((4096, 4096, 4096), dtype, on(hopper, 132, cc)))
@@ -205,16 +206,18 @@ def test_float64_takes_the_fp64_tensor_cores_by_compute_capability():
 
 
 def test_float64_also_tries_its_few_tile_where_the_first_tile_leaves_sms_short():
-    """1024^3 in 64x128 tiles is 128 blocks on 132 SMs: the 64x64 tile joins the first guesses,
-    split for two waves and whole; 2048^3 (512 blocks) and an sm_80 GPU (no 16 x 8 x 8 float64)
-    keep one tile."""
+    """1024^3 in sm_90's 128x128 tiles is 64 blocks on 132 SMs, 2048^3 256: fewer than two an SM, so the
+    64x64 tile (2 x 2 warps, 3 stages) joins the first guesses, split for two waves and whole; 4096^3
+    (1024 blocks) and an sm_80 GPU (its 64x128 tile, no 16 x 8 x 8 float64) keep one tile."""
     hopper = DeviceLimits.for_cc("9.0")
     tiles = lambda shape, gpu: [(c.params["bm"], c.params["bn"], c.params["splits"]) for c in shape_guesses(
         shape, "float64", gpu) if c.family == "dmma"]
-    assert tiles((1024, 1024, 1024), on(hopper, 132, "9.0")) == [(64, 128, 4), (64, 128, 1), (64, 64, 2), (64, 64, 1)]
+    assert tiles((1024, 1024, 1024), on(hopper, 132, "9.0")) == [(128, 128, 8), (128, 128, 1), (64, 64, 2), (64, 64, 1)]
     few = shape_guesses((1024, 1024, 1024), "float64", on(hopper, 132, "9.0"))[3]
-    assert few.params == {**mma_space.FEW_TILE, "mma": "m16n8k8", "splits": 1}
-    assert tiles((2048, 2048, 2048), on(hopper, 132, "9.0")) == [(64, 128, 1)]
+    assert few.params == {"mma": "m16n8k8", "bm": 64, "bn": 64, "bk": 16, "warps_m": 2, "warps_n": 2, "stages": 3,
+                          "min_blocks": 1, "stored": "memory", "splits": 1}
+    assert tiles((2048, 2048, 2048), on(hopper, 132, "9.0")) == [(128, 128, 2), (128, 128, 1), (64, 64, 1)]
+    assert tiles((4096, 4096, 4096), on(hopper, 132, "9.0")) == [(128, 128, 1)]
     assert tiles((1024, 1024, 1024), on(DeviceLimits.for_cc("8.0"), 108, "8.0")) == [(64, 128, 2), (64, 128, 1)]
 
 
@@ -261,31 +264,42 @@ def test_the_tensor_core_fit_checks_the_instruction_against_the_dtype():
 
 
 def test_tiles_with_a_lanes_k_adjacent_are_padded_onto_distinct_banks():
-    """A lane holds one k of a row in a 4-deep instruction, so `stored` other than "mn" needs 8 or
-    more (and "memory" 8: a lane's 4 rows down a tile lying along M or N share banks however it is
-    padded); each padding is the fewest elements that keep rows 16-byte aligned and a phase's
-    loads (16 bytes a lane along K, 8 bytes of float64 or 4 of float32 down a column) on distinct
-    banks, and the shared memory counts it, in the layout that needs the most."""
-    tile = {**default_config("dmma"), "mma": "m16n8k4", "stored": "k"}
-    assert infeasibility("dmma", tile, "float64", LIMITS) == (
+    """TF32's split parts read a lane's k's of a K-major row two a load (`paired`): a lane holds one k of a
+    row in a 4-deep instruction, so `stored` other than "mn" needs 8 or more (and "memory" 8: a lane's 4
+    rows down a tile lying along M or N share banks however it is padded). float64 reads one element a
+    load, its k's 4 apart, from tiles of any layout and instruction. Each padding is the fewest elements
+    that keep rows 16-byte aligned and a phase's loads (16 bytes a lane along K, 8 bytes of float64 or 4
+    of float32 down a column or along a row) on distinct banks, and the shared memory counts it, in the
+    layout that needs the most."""
+    tile = {**default_config("tf32x3"), "mma": "m16n8k4", "stored": "k"}
+    assert infeasibility("tf32x3", tile, "float32", LIMITS) == (
         "stored='k' needs an instruction whose K is 8 or more, not 4")
-    assert "no 16-byte-aligned padding" in infeasibility("dmma", {**tile, "mma": "m16n8k16", "stored": "memory", "bk": 16},
-                                                         "float64", LIMITS)
-    assert infeasibility("dmma", {**tile, "mma": "m16n8k8", "bk": 16, "stages": 2}, "float64", LIMITS) is None
+    wide = {**default_config("dmma"), "mma": "m16n8k16", "stored": "memory", "bk": 16, "stages": 2}
+    assert infeasibility("dmma", wide, "float64", LIMITS) is None
+    assert infeasibility("dmma", {**wide, "mma": "m16n8k4", "stored": "k"}, "float64", LIMITS) is None
+    tile = {**default_config("dmma"), "mma": "m16n8k8", "stored": "k", "bk": 16, "stages": 2}
+    assert infeasibility("dmma", tile, "float64", LIMITS) is None
     assert [mma_space.k_major_pad(bk, "float64", 2) for bk in (8, 16, 32)] == [0, 8, 8]
     assert [mma_space.k_major_pad(bk, "float64", 4) for bk in (16, 32)] == [2, 2]
     assert [mma_space.k_major_pad(bk, "float32", 2) for bk in (8, 16, 32)] == [0, 8, 8]
     assert [mma_space.mn_pad(side, "float64", 2) for side in (32, 64, 128)] == [2, 2, 2]
     assert [mma_space.mn_pad(side, "float32", 2) for side in (32, 64, 128)] == [4, 4, 4]
+    assert [mma_space.spread_pad(bk, "float64") for bk in (8, 16, 32)] == [4, 4, 4]
     for pad in (0, 2, 4):  # K-major rows 128, 144 or 160 bytes apart share banks
         row = (16 + pad) * 8
         assert not mma_space.distinct_banks([(lane // 4) * row + (lane % 4) * 16 for lane in range(8)], 16)
-    tile = {**tile, "mma": "m16n8k8", "bm": 128, "bn": 64, "bk": 16, "stages": 3}
-    assert dmma.shared_bytes(tile, "float64") == 3 * (128 + 64) * (16 + 8) * 8
+    # a lane's k's adjacent (2 t + v) one a load share banks in some row however the rows are padded
+    with pytest.raises(ValueError, match="distinct banks"):
+        mma_space.fewest_pad(16, 8, 1, lambda row: [[(lane // 4) * row + ((lane % 4) * 2 + v) * 8
+                                                     for lane in range(32)] for v in range(2)])
+    tile = {**tile, "bm": 128, "bn": 64, "stages": 3}
+    assert dmma.shared_bytes(tile, "float64") == 3 * (128 + 64) * (16 + 4) * 8
     memory = {**tile, "stored": "memory"}
-    assert dmma.shared_bytes(memory, "float64", "NN") == 3 * (128 * (16 + 8) + 16 * (64 + 2)) * 8
-    assert dmma.shared_bytes(memory, "float64", "TN") == 3 * 16 * (128 + 2 + 64 + 2) * 8
+    assert dmma.shared_bytes(memory, "float64", "NN") == 3 * (128 * (16 + 4) + 16 * (64 + 4)) * 8
+    assert dmma.shared_bytes(memory, "float64", "TN") == 3 * 16 * (128 + 4 + 64 + 4) * 8
     assert dmma.shared_bytes(memory, "float64") == dmma.shared_bytes(memory, "float64", "NT")
+    split = {**default_config("tf32x3"), "mma": "m16n8k8", "bm": 128, "bn": 64, "bk": 16, "stages": 3, "stored": "memory"}
+    assert kernels.family("tf32x3").shared_bytes(split, "float32", "NN") == 3 * (128 * (16 + 8) + 16 * (64 + 4)) * 4
 
 
 def test_configs_use_only_the_instructions_their_gpu_has():

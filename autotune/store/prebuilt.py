@@ -33,8 +33,8 @@ STAND_INS = {
     "float32": Config.of("vector", {"bm": 64, "bn": 128, "bk": 8, "tm": 8, "tn": 8, "pad": 4, "stages": 1,
                                     "unroll": True, "fragments": 1, "wide_fetch": True, "async_copy": False,
                                     "min_blocks": 1}),
-    "float64": Config.of("dmma", {"mma": "m16n8k8", "bm": 64, "bn": 128, "bk": 8, "warps_m": 1, "warps_n": 4,
-                                  "stages": 4, "splits": 1, "min_blocks": 1, "stored": "mn"}),
+    "float64": Config.of("dmma", {"mma": "m16n8k8", "bm": 64, "bn": 64, "bk": 16, "warps_m": 2, "warps_n": 2,
+                                  "stages": 3, "splits": 1, "min_blocks": 1, "stored": "memory"}),
 }
 ARCHES = (Arch(9, 0, "a"),)
 #: the layouts of the products that ship with a bias too: nn.Linear's x @ W.T (NT) and A @ B (NN)

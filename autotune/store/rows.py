@@ -178,15 +178,15 @@ def nearest_rows(rows: list[Row], shape: tuple[int, int, int], count: int = 1) -
 #: few-rows rule taking float64 (step 53), and gemv's streamed B and A read as vectors, off by
 #: default (step 54; the rows of its builds on the way, of the same PTX), and wgmma's tiles of
 #: any 8 columns and swapped operands with the families' contract's fit (step 55), without
-#: changing a kernel, so rows measured before are as current as rows measured after. dmma's and
-#: tf32x3's rows from before step 58 are stale: their code changed (steps 51 and 58), as are rows measured
-#: before dmma's docstring told why its untested k-loop needs no tests (step 58). Step 48
+#: changing a kernel, so rows measured before are as current as rows measured after, and tf32x3's
+#: when dmma's float64 came to read one element a load (step 59). dmma's rows from before step 59 are
+#: stale: its float64 tiles as they lie in memory are read otherwise (its other rows, whose PTX is the
+#: same, were relabelled in the shipped records), and tf32x3's from before step 58. Step 48
 #: changed one kind of build: wgmma's with two producers for rows that are not 16-byte aligned,
 #: which now move them as whole words; rows timed on those keep their configs, whose speeds they
 #: understate
 SAME_CODE = {
-    "440e41f1c14e49d3": "2a3b8f75667b54dc",  # dmma
-    "e8e27951728ebace": "8af2fb2881a043cb",  # tf32x3
+    **dict.fromkeys(("e8e27951728ebace", "8af2fb2881a043cb"), "2d25d2169622f5bc"),  # tf32x3
     **dict.fromkeys(("e861213c0d10400a", "46c18dbcbf6be0a5", "8bfff77fd2b69181",
                      "a8f0260fda7b91dd", "518e63140bddc879", "abb96c882b71735b",
                      "26a0bc50e0850d9e", "975e277a70850b48", "77e0429cdab60417",
