@@ -23,7 +23,7 @@ Parameters:
   splits              blocks along K per tile of C, adding into C atomically (as `splitk`)
   min_blocks          blocks per SM ptxas must leave registers for (launch_bounds)
   stored              how the tiles lie in shared memory: "mn", "k" or "memory" (tf32x3's "k" and
-                      "memory" need an instruction K of 8 or more, "memory" of 8)
+                      "memory" need an instruction K of 8)
 """
 
 from __future__ import annotations
@@ -213,13 +213,13 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
             for j in range(FN):
                 read_b(sB, stage, b_col + j * IN, k, b_frag, at * B_FRAGMENT + s * B_STEP + j * B_PER)
 
-    def element(k_major: bool):
-        """at(tile, stage, k, line): element (k, line) of a tile lying along K (k_major), or along M or N."""
+    def element_reader(k_major: bool):
+        """read(tile, stage, k, line): element (k, line) of a tile lying along K (k_major), or along M or N."""
         if k_major:
             return cuda.jit(device=True)(lambda tile, stage, k, line: load_shared(tile, (stage, line, k)))
         return cuda.jit(device=True)(lambda tile, stage, k, line: load_shared(tile, (stage, k, line)))
 
-    a_at, b_at = element(A_K), element(B_K)
+    a_element, b_element = element_reader(A_K), element_reader(B_K)
 
     @cuda.jit(device=True)
     def read_spread(q, sA, sB, stage, a_row, b_col, k_lane, a_frag, b_frag, at):
@@ -230,11 +230,11 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
                 for v1 in range(IK // 4):
                     for v0 in range(HALVES):
                         keep(a_frag, at * A_FRAGMENT + s * A_STEP + i * A_PER + v0 + HALVES * v1, A_HELD,
-                             a_at(sA, stage, k + 4 * v1, a_row + i * IM + 8 * v0))
+                             a_element(sA, stage, k + 4 * v1, a_row + i * IM + 8 * v0))
             for j in range(FN):
                 for v in range(IK // 4):
                     keep(b_frag, at * B_FRAGMENT + s * B_STEP + j * B_PER + v, B_HELD,
-                         b_at(sB, stage, k + 4 * v, b_col + j * IN))
+                         b_element(sB, stage, k + 4 * v, b_col + j * IN))
 
     read_chunk = read_adjacent if PAIRED else read_spread
 

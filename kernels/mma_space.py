@@ -36,8 +36,8 @@ DTYPE = "float64"
 
 PAD_BYTES = 32
 
-#: a K-major tile's loads: two elements (16 bytes of float64, 8 of float32); shared memory serves
-#: a warp's loads BANK_BYTES at a time
+#: a `paired` K-major tile's loads: two elements (8 bytes of float32); shared memory serves a warp's
+#: loads BANK_BYTES at a time
 K_MAJOR_LOAD = 2
 BANK_BYTES = 128
 
@@ -51,17 +51,15 @@ KIND = {"float64": "f64", "float32": "tf32"}
 PARTS = {"float64": 1, "float32": 2}
 
 #: the tile a cold tune tries first (autotune.space.guesses), and what each compute capability
-#: changes of it: sm_90 adds 16-row instructions to sm_80's m8n8k4, of which 16 x 8 x 8 on 128 x 128
-#: tiles, 16-deep, in 4 stages, as they lie in memory, ran fastest at large shapes (docs/performance.md,
-#: steps 49 and 59)
+#: changes of it: sm_90 adds 16-row instructions to sm_80's m8n8k4; its tile ran fastest at large
+#: shapes (docs/performance.md, steps 49 and 59)
 FIRST_TILE = {"bm": 64, "bn": 128, "bk": 16, "warps_m": 1, "warps_n": 4, "stages": 3, "min_blocks": 1, "stored": "mn"}
 
 FIRST_BY_ARCH = {(8, 0): {"mma": "m8n8k4"},
                  (9, 0): {"mma": "m16n8k8", "bm": 128, "warps_m": 2, "stages": 4, "stored": "memory"}}
 
-#: the tile a cold tune also tries where the first tile's blocks would leave SMs short: 64 x 64, 2 x 2
-#: warps, 16-deep, 3 stages, tiles as they lie in memory, on sm_90's 16 x 8 x 8 instruction; it ran
-#: fastest at mid shapes (docs/performance.md, steps 50 and 59)
+#: the tile a cold tune also tries where the first tile's blocks would leave SMs short, on sm_90's
+#: 16 x 8 x 8 instruction; it ran fastest at mid shapes (docs/performance.md, steps 50 and 59)
 FEW_TILE = {"bm": 64, "bn": 64, "bk": 16, "warps_m": 2, "warps_n": 2, "stages": 3, "min_blocks": 1, "stored": "memory"}
 
 FEW_BY_ARCH = {(9, 0): {"mma": "m16n8k8"}}
@@ -76,10 +74,10 @@ def lane_k(config: dict) -> int:
     return SHAPES[config["mma"]][2] // 4
 
 def paired(config: dict, dtype: str) -> bool:
-    """Whether a lane reads its k's of a K-major row K_MAJOR_LOAD a load: TF32's split parts (with
-    `stored` other than "mn"). A float64 pair would land in A's fragment two registers apart (the
-    PTX ISA's order), and ptxas then moves every element it loads; one a load, unpermuted, puts each
-    where the instruction reads it."""
+    """Whether a lane's k's lie adjacent in its tiles (rows `mn_pad` and `k_major_pad` pad), read
+    K_MAJOR_LOAD a load along a K-major row: TF32's split parts (with `stored` other than "mn"). A
+    float64 pair would land in A's fragment two registers apart (the PTX ISA's order), and ptxas then
+    moves every element it loads; one a load, in that order, puts each where the instruction reads it."""
     return PARTS[dtype] == 2 and config.get("stored", "mn") != "mn"
 
 def k_major_operands(config: dict, layout: str) -> str:
@@ -216,9 +214,6 @@ def fits(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
         return f"bk={config['bk']} is not a multiple of {config.get('chunk', 1)} steps of the instruction's K={k}"
     if paired(config, dtype) and lane_k(config) < K_MAJOR_LOAD:
         return f"stored={config['stored']!r} needs an instruction whose K is 8 or more, not {k}"
-    if paired(config, dtype) and config["stored"] == "memory" and lane_k(config) > K_MAJOR_LOAD:
-        return (f"stored='memory' reads {lane_k(config)} rows a lane of tiles lying along M or N, which no "
-                "16-byte-aligned padding keeps on distinct banks")
     fm, fn = warp_tiles(config)
     accumulators = fm * fn * counts(config["mma"])[2]
     if accumulators * itemsize(dtype) // 4 > MAX_ACCUMULATOR_REGISTERS:

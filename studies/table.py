@@ -170,7 +170,7 @@ STEP58_DOCSTRING = {"dmma": "2a3b8f75667b54dc", "tf32x3": "8af2fb2881a043cb"}
 #: step 59: float64 reads one element a load from tiles of any layout (kernels.mma_space.paired); the
 #: same sm_90 PTX for every "mn" float64 record and every tf32x3 build (studies/ptx_same.py), and for the
 #: H200's rows tuned before the few tile and the docstrings changed
-STEP59_UNPAIRED = {"dmma": "3f9d69ab3da06161", "tf32x3": "2d25d2169622f5bc"}
+STEP59_UNPAIRED = {"dmma": "48d1a5b11a2678d0", "tf32x3": "8273f1e13ceb6d08"}
 #: the H100's float64 records of tiles as they lie in memory, whose code step 59 changed
 STEP59_H100_MEMORY = ["1024x1024x1024@float64", "8192x16x8192@float64", "16384x64x16384@float64"]
 
@@ -350,8 +350,8 @@ SHIPPED = {
          "what": "step 58: dmma's docstring after the tuning: the same sm_90 PTX"},
         {"step": "promote", "commit": "step 59 (issue 39)", "file": "h200/step59/tune64/tuned.json.xz",
          "what": "step 59: the 20 dmma records tuned again on an H200 on float64 read one element a load (10 "
-                 "trials; the mid shapes 28, then 16 from the new few tile), 16384x64x16384 a dmma row for the "
-                 "first time, and 64x4096x16384 in tf32x3 (a wgmma row)"},
+                 "trials; eight mid and odd shapes again at 28, then 16 from the new few tile), 16384x64x16384 a "
+                 "dmma row for the first time, and 64x4096x16384 in tf32x3 (a wgmma row)"},
         {"step": "relabel", "commit": "step 59 (issue 39)", "hashes": STEP59_UNPAIRED,
          "what": "step 59: every row, tuned before the few tile and dmma's docstrings changed: the same sm_90 PTX"},
     ],

@@ -409,7 +409,7 @@ print(json.dumps(out))
 """
 
 
-def test_tiles_with_a_lanes_k_adjacent_compile_to_two_element_shared_loads():
+def test_tf32x3_reads_k_major_rows_two_a_load_and_float64_each_element_alone():
     """TF32's split parts read a lane's k's of a K-major row two a load: per 16-deep tile of K, a warp of
     64 x 32 reads 4 tiles x 2 row halves of A and 4 columns of B, each (instruction K / 8) loads a step,
     in one loop (one fragment set, a tile a pass). float64 reads each element alone, from tiles of any

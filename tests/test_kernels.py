@@ -70,11 +70,13 @@ else:
              "min_blocks": 1},
             {"mma": "m16n8k4", "bm": 16, "bn": 32, "bk": 8, "warps_m": 1, "warps_n": 1, "stages": 4, "splits": 1,
              "min_blocks": 1},
-            # a lane's k's adjacent: tiles as they lie in memory, K split; K-major tiles, two loads a row
+            # tiles as they lie in memory, K split; K-major tiles; each read one element a load, by any instruction
             {"mma": "m16n8k8", "bm": 32, "bn": 32, "bk": 16, "warps_m": 2, "warps_n": 1, "stages": 3, "splits": 2,
              "min_blocks": 1, "stored": "memory"},
             {"mma": "m16n8k16", "bm": 16, "bn": 16, "bk": 16, "warps_m": 1, "warps_n": 1, "stages": 2, "splits": 1,
              "min_blocks": 1, "stored": "k"},
+            {"mma": "m16n8k4", "bm": 16, "bn": 16, "bk": 8, "warps_m": 1, "warps_n": 1, "stages": 2, "splits": 1,
+             "min_blocks": 1, "stored": "memory"},
         ],
         # both TF32 instruction shapes; one chunk of 2 steps and 2 chunks of 1 step per tile of K; a
         # warp's tiles along columns and along rows; K split; tiles as they lie in memory; 3 stages

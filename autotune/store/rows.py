@@ -180,13 +180,13 @@ def nearest_rows(rows: list[Row], shape: tuple[int, int, int], count: int = 1) -
 #: any 8 columns and swapped operands with the families' contract's fit (step 55), without
 #: changing a kernel, so rows measured before are as current as rows measured after, and tf32x3's
 #: when dmma's float64 came to read one element a load (step 59). dmma's rows from before step 59 are
-#: stale: its float64 tiles as they lie in memory are read otherwise (its other rows, whose PTX is the
+#: stale: its float64 tiles stored "k" or "memory" are read otherwise (its "mn" rows, whose PTX is the
 #: same, were relabelled in the shipped records), and tf32x3's from before step 58. Step 48
 #: changed one kind of build: wgmma's with two producers for rows that are not 16-byte aligned,
 #: which now move them as whole words; rows timed on those keep their configs, whose speeds they
 #: understate
 SAME_CODE = {
-    **dict.fromkeys(("e8e27951728ebace", "8af2fb2881a043cb"), "2d25d2169622f5bc"),  # tf32x3
+    **dict.fromkeys(("e8e27951728ebace", "8af2fb2881a043cb"), "8273f1e13ceb6d08"),  # tf32x3
     **dict.fromkeys(("e861213c0d10400a", "46c18dbcbf6be0a5", "8bfff77fd2b69181",
                      "a8f0260fda7b91dd", "518e63140bddc879", "abb96c882b71735b",
                      "26a0bc50e0850d9e", "975e277a70850b48", "77e0429cdab60417",
