@@ -5,6 +5,7 @@ from dataclasses import replace
 
 import pytest
 
+import kernels
 from autotune.store import background, cubins, prebuilt
 from kernels import Config
 from kernels.rules import Arch
@@ -43,6 +44,9 @@ def test_a_first_call_with_an_empty_store_takes_the_shipped_kernel_of_its_kind(e
         assert [background.config_of(entry) for entry in found] == [prebuilt.STAND_INS["float32"]]
         parts = found[0].header["parts"]
         assert (parts["layout"], parts["unaligned"], parts["arch"]) == (layout, key.unaligned, "sm_90a")
+    # float64's stand-in is dmma's few tile on sm_90, spelled out for the numba-free call path
+    assert prebuilt.STAND_INS["float64"] == Config.of("dmma", {**kernels.family("dmma").few_tile("float64", "9.0"),
+                                                               "splits": 1})
     double = cubins.BuildKey.of(WGMMA, "float64", (64, 64, 63), "TN", Arch(9, 0))
     assert [background.config_of(entry) for entry in background.stand_ins(double, (64, 64))] == [
         prebuilt.STAND_INS["float64"]]
