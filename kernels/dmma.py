@@ -24,6 +24,7 @@ Parameters:
   min_blocks          blocks per SM ptxas must leave registers for (launch_bounds)
   stored              how the tiles lie in shared memory: "mn", "k" or "memory" (tf32x3's "k" and
                       "memory" need an instruction K of 8)
+  stores              how a lane writes C: "elements" or "pairs" (kernels.mma_epilogue)
 """
 
 from __future__ import annotations
@@ -48,12 +49,12 @@ from .intrinsics import (
     async_commit,
     async_wait,
     dynamic_shared_array,
-    reduce_add,
     rows_aligned,
     scalar_access,
     vector_load,
     vector_width,
 )
+from .mma_epilogue import writer
 from .mma_space import (  # noqa: F401  the space dmma and tf32x3 declare
     DEFAULT,
     DTYPE,
@@ -331,30 +332,7 @@ def make(config: dict, dtype: str, family: str, layout: str = "NN", offset_bits:
         checked_steps(A, B, sA, sB, unchecked, n, n, k_begin, stage, row0, col0, tid, a_row, b_col, k_lane, a_frag,
                       b_frag, acc)
 
-    store_one = scalar_access(offset_bits)[1]
-    add_one = reduce_add(1, offset_bits)
-
-    @cuda.jit(device=True)
-    def write_back(C, bias, M, N, row0, col0, a_row, c_col, acc):
-        """C's tile from the accumulators and the bias (added into C when K is split, the bias by the first split).
-        A block moved back from C's edge writes from its own tile's first row and column on (as `vector`'s)."""
-        top, left = -(-row0 // BM) * BM, -(-col0 // BN) * BN
-        for i in range(FM):
-            for v1 in range(HALVES):
-                r = row0 + a_row + i * IM + 8 * v1
-                if top <= r < M:
-                    for j in range(FN):
-                        for v0 in range(2):
-                            c = col0 + c_col + j * IN + v0
-                            value = acc[(i * FN + j) * C_PER + 2 * v1 + v0]
-                            if left <= c < N:
-                                if bias is not None:
-                                    if cuda.blockIdx.y == 0:  # one split adds it
-                                        value += bias[c]
-                                if SPLITS == 1:
-                                    store_one(C, (r, c), value)
-                                else:
-                                    add_one(C, (r, c), (value,))
+    write_back = writer(config, dtype, offset_bits)
 
     def mma_matmul(A, B, C, bias=None):
         if DYNAMIC:

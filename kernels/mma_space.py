@@ -27,10 +27,11 @@ SPACE = {
     "splits": [1, 2, 4, 8, 16, 32, 64],
     "min_blocks": [1, 2],
     "stored": ["mn", "k", "memory"],
+    "stores": ["elements", "pairs"],  # how a lane writes C (kernels.mma_epilogue)
 }
 
 DEFAULT = {"mma": "m8n8k4", "bm": 64, "bn": 64, "bk": 8, "warps_m": 2, "warps_n": 2, "stages": 3, "splits": 1, "min_blocks": 1,
-           "stored": "mn"}
+           "stored": "mn", "stores": "elements"}
 
 DTYPE = "float64"
 
@@ -52,17 +53,20 @@ PARTS = {"float64": 1, "float32": 2}
 
 #: the tile a cold tune tries first (autotune.space.guesses), and what each compute capability
 #: changes of it: sm_90 adds 16-row instructions to sm_80's m8n8k4; its tile ran fastest at large
-#: shapes (docs/performance.md, steps 49 and 59)
-FIRST_TILE = {"bm": 64, "bn": 128, "bk": 16, "warps_m": 1, "warps_n": 4, "stages": 3, "min_blocks": 1, "stored": "mn"}
+#: shapes (docs/performance.md, steps 49, 59 and 60)
+FIRST_TILE = {"bm": 64, "bn": 128, "bk": 16, "warps_m": 1, "warps_n": 4, "stages": 3, "min_blocks": 1, "stored": "mn",
+              "stores": "elements"}
 
 FIRST_BY_ARCH = {(8, 0): {"mma": "m8n8k4"},
-                 (9, 0): {"mma": "m16n8k8", "bm": 128, "warps_m": 2, "stages": 4, "stored": "memory"}}
+                 (9, 0): {"mma": "m16n8k8", "bm": 128, "warps_m": 2, "stages": 4, "stored": "memory",
+                          "stores": "pairs"}}
 
 #: the tile a cold tune also tries where the first tile's blocks would leave SMs short, on sm_90's
-#: 16 x 8 x 8 instruction; it ran fastest at mid shapes (docs/performance.md, steps 50 and 59)
-FEW_TILE = {"bm": 64, "bn": 64, "bk": 16, "warps_m": 2, "warps_n": 2, "stages": 3, "min_blocks": 1, "stored": "memory"}
+#: 16 x 8 x 8 instruction; it ran fastest at mid shapes (docs/performance.md, steps 50, 59 and 60)
+FEW_TILE = {"bm": 64, "bn": 64, "bk": 16, "warps_m": 2, "warps_n": 2, "stages": 3, "min_blocks": 1, "stored": "memory",
+            "stores": "elements"}
 
-FEW_BY_ARCH = {(9, 0): {"mma": "m16n8k8"}}
+FEW_BY_ARCH = {(9, 0): {"mma": "m16n8k8", "stores": "pairs"}}
 
 def pad(dtype: str) -> int:
     return PAD_BYTES // itemsize(dtype)

@@ -24,14 +24,14 @@ from .base import DeviceLimits, Family, Kernel, Schedules
 from .warp_mma import KINDS, needs
 
 DTYPE = "float32"
-SPACE = {**dmma.SPACE, "mma": list(KINDS["tf32"]), "chunk": [1, 2, 4]}
+SPACE = {**dmma.SPACE, "mma": list(KINDS["tf32"]), "chunk": [1, 2, 4], "stores": ["elements"]}  # float64's pairs
 DEFAULT = {**dmma.DEFAULT, "mma": "m16n8k8", "bk": 16, "chunk": 2}
 shared_bytes = dmma.shared_bytes
 #: the tile a cold tune tries first (autotune.space.guesses), from sm_80 on: its tiles as they lie
 #: in memory, so that blocks inside C transpose nothing one float32 a copy (docs/performance.md,
 #: step 49)
 FIRST_TILE = {"bm": 64, "bn": 128, "bk": 16, "warps_m": 2, "warps_n": 2, "stages": 3, "chunk": 2, "min_blocks": 1,
-              "stored": "memory"}
+              "stored": "memory", "stores": "elements"}
 FIRST_BY_ARCH = {(8, 0): {"mma": "m16n8k8"}}
 
 

@@ -173,6 +173,14 @@ STEP58_DOCSTRING = {"dmma": "2a3b8f75667b54dc", "tf32x3": "8af2fb2881a043cb"}
 STEP59_UNPAIRED = {"dmma": "48d1a5b11a2678d0", "tf32x3": "8273f1e13ceb6d08"}
 #: the H100's float64 records of tiles as they lie in memory, whose code step 59 changed
 STEP59_H100_MEMORY = ["1024x1024x1024@float64", "8192x16x8192@float64", "16384x64x16384@float64"]
+#: step 60: a float64 lane may write its two columns of C as one 16-byte store (kernels.mma_epilogue,
+#: `stores`, "elements" by default); the same sm_90 PTX for every dmma record and for the step-60 tunes'
+#: rows, built on the code they were timed on (studies/ptx_same.py; the defaults gained `stores` after)
+STEP60_PAIRS = {"dmma": "2a033be0faca54e6", "tf32x3": "0278b16e092374b3"}
+#: the shapes whose step-59 row the step-60 tune did not beat (64x4096x16384: by the tuner's timing it did, by
+#: the bench's it did not)
+STEP60_KEPT = ["16x8192x8192@float64", "64x4096x16384@float64", "256x8192x8192@float64", "777x1555x333@float64",
+               "1023x1025x999@float64"]
 
 SHIPPED = {
     "measured/nvidia-h200.json.xz": [
@@ -246,14 +254,14 @@ SHIPPED = {
          "what": "step 25: all 34 records re-timed on the step-25 kernels"},
         {"step": "promote", "commit": "9494194", "file": "h200/step25/tune/tuned.json.xz",
          "only": ["1280x1280x1280", "16384x64x16384"], "what": "step 25: four shapes tuned again"},
-        {"step": "promote", "commit": "80b4a0f", "file": "h200/step27/tune/tuned.json",
+        {"step": "promote", "commit": "80b4a0f", "file": "h200/step27/tune/tuned.json.xz",
          "what": "step 27: eight float64 shapes tuned on the dmma family"},
         {"step": "promote", "commit": "80b4a0f", "file": "h200/step27/tune8192/tuned.json",
          "what": "step 27: float64 8192^3 tuned"},
         {"step": "promote", "commit": "a0f627a", "file": "h200/step28/tune/retimed.json.xz",
          "except": ["1024x1024x1024@float32"],
          "what": "step 28: eight float32 shapes tuned, the stale records re-timed (1024^3 float32 kept its row)"},
-        {"step": "promote", "commit": "6f91338", "file": "h200/step30/tune/tuned.json",
+        {"step": "promote", "commit": "6f91338", "file": "h200/step30/tune/tuned.json.xz",
          "only": ["64x4096x16384", "257x5003x1031", "1000x1000x1000", "1024x1024x1024"],
          "what": "step 30: seven shapes tuned with stream-K, four promoted"},
         {"step": "promote", "commit": "aaf733c", "file": "h200/step31/tune/tuned.json", "only": ["257x5003x1031"],
@@ -354,6 +362,16 @@ SHIPPED = {
                  "dmma row for the first time, and 64x4096x16384 in tf32x3 (a wgmma row)"},
         {"step": "relabel", "commit": "step 59 (issue 39)", "hashes": STEP59_UNPAIRED,
          "what": "step 59: every row, tuned before the few tile and dmma's docstrings changed: the same sm_90 PTX"},
+        {"step": "promote", "commit": "step 60 (issue 39)", "file": "h200/step60/tune64/tuned.json.xz",
+         "except": STEP60_KEPT,
+         "what": "step 60: the 22 float64 products tuned again on an H200 with C's stores in the space (12 trials, "
+                 "`mmtune tune --recorded`); 17 rows promoted, where they beat the step-59 row"},
+        {"step": "promote", "commit": "step 60 (issue 39)", "file": "h200/step60/tune-large/tuned.json.xz",
+         "only": ["4096x4096x4096@float64", "2048x8192x2048@float64"],
+         "what": "step 60: four large float64 shapes tuned again (20 trials, `mmtune tune`); the two rows that "
+                 "beat the first tune's promoted"},
+        {"step": "relabel", "commit": "step 60 (issue 39)", "hashes": STEP60_PAIRS,
+         "what": "step 60: C's paired stores, a parameter off by default: the same sm_90 PTX for every row"},
     ],
     "records/nvidia-h100-80gb-hbm3.json": [
         {"step": "promote", "commit": "step 39 (issue 39)", "file": "h100/step39/tune/tuned.json.xz",
@@ -443,6 +461,8 @@ SHIPPED = {
                  "element a load), not timed again: no H100 was lent that session"},
         {"step": "relabel", "commit": "step 59 (issue 39)", "hashes": STEP59_UNPAIRED,
          "what": "step 59: float64 read one element a load: the same sm_90 PTX for the other records"},
+        {"step": "relabel", "commit": "step 60 (issue 39)", "hashes": STEP60_PAIRS,
+         "what": "step 60: C's paired stores, a parameter off by default: the same sm_90 PTX for every record"},
     ],
 }
 

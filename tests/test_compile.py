@@ -136,7 +136,9 @@ def check_compiled(family: str, dtype: str, count: int) -> None:
         if family == "naive" or r["dynamic_shared"]:  # the report counts static shared memory alone
             assert res["shared_bytes"] == 0
         else:
-            expected = kernels.family(family).shared_bytes(r["config"], dtype)
+            # the NN build's tiles: the mma.sync families pad theirs by layout, and size a config by its largest
+            sizes = kernels.family(family).shared_bytes
+            expected = sizes(r["config"], dtype, "NN") if family in ("dmma", "tf32x3") else sizes(r["config"], dtype)
             assert res["shared_bytes"] == expected, (r["config"], res)
 
 
@@ -322,6 +324,43 @@ def test_c_is_written_from_registers_and_split_products_added_16_bytes_at_a_time
     assert unaligned["adds"] == groups + 3 * groups + 2 * groups + lanes and unaligned["stack"] == 0
     assert {**out["tall-unaligned"], "built": "C"} == {**tall, "built": "C"} and out["tall-unaligned"]["built"] == ""
     assert float64["built"] == "" and float32["pair_adds"] == 0
+
+
+PAIRED_STORES_CHILD = """
+import json
+import kernels
+from kernels.resources import HOPPER, link, ltoir, parse_report
+tile = {"mma": "m16n8k8", "bm": 128, "bn": 128, "bk": 16, "warps_m": 2, "warps_n": 4, "stages": 4, "splits": 1,
+        "min_blocks": 1, "stored": "memory"}
+out = {}
+for name, family, config, dtype in (("elements", "dmma", tile, "float64"),
+                                    ("pairs", "dmma", {**tile, "stores": "pairs"}, "float64"),
+                                    ("split", "dmma", {**tile, "stores": "pairs", "splits": 2}, "float64"),
+                                    ("float32", "tf32x3", {**tile, "stores": "pairs", "chunk": 2}, "float32")):
+    code = ltoir(kernels.build(family, config, dtype))
+    text = link(code, HOPPER, family, output="ptx")[0].decode()
+    report = parse_report(link(code, HOPPER, family)[1])
+    out[name] = dict(pairs=text.count("st.global.v2."), stores=text.count("st.global."), local=text.count(".local."),
+                     stack=report.stack_bytes, spills=report.spill_stores)
+print(json.dumps(out))
+"""
+
+
+def test_float64_pairs_of_c_go_out_as_16_byte_stores():
+    """`stores` "pairs" writes a lane's two columns of each row of C as one 16-byte store, with the
+    element stores kept for C of unaligned rows, and the accumulators still in registers (the
+    write-back is straight-line code); a K split adds element by element, and float32 keeps its
+    element stores (kernels.mma_epilogue)."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    done = subprocess.run([sys.executable, "-c", PAIRED_STORES_CHILD], env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.splitlines()[-1])
+    per_lane = 128 * 128 // 256  # a lane's elements of the 128 x 128 tile
+    assert out["elements"]["pairs"] == 0 and out["elements"]["stores"] == per_lane
+    assert out["pairs"]["pairs"] == per_lane // 2 and out["pairs"]["stores"] == per_lane // 2 + per_lane
+    assert out["split"]["pairs"] == out["float32"]["pairs"] == 0
+    assert all(r["local"] == r["stack"] == r["spills"] == 0 for r in out.values()), out
 
 
 ARCH_CHILD = """

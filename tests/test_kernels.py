@@ -38,6 +38,7 @@ if ON_GPU:
     CONFIGS["dmma"].append({**DMMA_TILE, "mma": "m16n8k4", "splits": 2})
     CONFIGS["dmma"].append({**DMMA_TILE, "mma": "m16n8k8", "splits": 2, "stored": "k"})
     CONFIGS["dmma"].append({**DMMA_TILE, "mma": "m16n8k8", "splits": 1, "stored": "memory"})
+    CONFIGS["dmma"].append({**DMMA_TILE, "mma": "m16n8k8", "splits": 1, "stored": "memory", "stores": "pairs"})
     CONFIGS["tf32x3"].append({**TF32X3_TILE, "mma": "m16n8k8", "splits": 1, "stored": "memory"})
     CONFIGS["tf32x3"].append({**TF32X3_TILE, "mma": "m16n8k8", "splits": 2})
     CONFIGS["wgmma"].append({"bm": 128, "bn": 128, "stages": 4, "splits": 2, "min_blocks": 1, "producer": 0})
@@ -70,13 +71,14 @@ else:
              "min_blocks": 1},
             {"mma": "m16n8k4", "bm": 16, "bn": 32, "bk": 8, "warps_m": 1, "warps_n": 1, "stages": 4, "splits": 1,
              "min_blocks": 1},
-            # tiles as they lie in memory, K split; K-major tiles; each read one element a load, by any instruction
+            # tiles as they lie in memory, K split; K-major tiles; each read one element a load, by any instruction;
+            # C's columns in pairs where its rows are aligned (a K split adds them one at a time)
             {"mma": "m16n8k8", "bm": 32, "bn": 32, "bk": 16, "warps_m": 2, "warps_n": 1, "stages": 3, "splits": 2,
-             "min_blocks": 1, "stored": "memory"},
+             "min_blocks": 1, "stored": "memory", "stores": "pairs"},
             {"mma": "m16n8k16", "bm": 16, "bn": 16, "bk": 16, "warps_m": 1, "warps_n": 1, "stages": 2, "splits": 1,
              "min_blocks": 1, "stored": "k"},
             {"mma": "m16n8k4", "bm": 16, "bn": 16, "bk": 8, "warps_m": 1, "warps_n": 1, "stages": 2, "splits": 1,
-             "min_blocks": 1, "stored": "memory"},
+             "min_blocks": 1, "stored": "memory", "stores": "pairs"},
         ],
         # both TF32 instruction shapes; one chunk of 2 steps and 2 chunks of 1 step per tile of K; a
         # warp's tiles along columns and along rows; K split; tiles as they lie in memory; 3 stages
@@ -229,8 +231,9 @@ def test_gemv_reads_a_as_vectors_with_the_same_sums(dtype, rng):
 
 
 #: per family, a shape with partial tiles at every edge and, for the configs that split K, a split
-#: left empty (gemv: K = 1 in 2 splits; splitk: K = 19 in 4 splits of 8)
-BIAS_SHAPES = {"gemv": (3, 13, 1), "wgmma": (17, 23, 19)}
+#: left empty (gemv: K = 1 in 2 splits; splitk: K = 19 in 4 splits of 8); dmma's C of aligned rows,
+#: which its paired stores write
+BIAS_SHAPES = {"gemv": (3, 13, 1), "wgmma": (17, 23, 19), "dmma": (17, 24, 19)}
 
 
 @pytest.mark.parametrize("family,config", CASES)

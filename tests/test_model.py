@@ -52,7 +52,7 @@ def test_a_wave_that_leaves_sms_less_than_full_steps_faster_per_block():
     assert g.step_units(16, 8192, 132, 0.25) == 1.25 and g.step_units(16, 8192, 132, 0) == 1
 
 
-DMMA = {"mma": "m16n8k8", "stored": "mn", "stages": 4, "min_blocks": 1, "splits": 1}
+DMMA = {"mma": "m16n8k8", "stored": "mn", "stores": "elements", "stages": 4, "min_blocks": 1, "splits": 1}
 DMMA_BIG = {**DMMA, "bm": 128, "bn": 128, "bk": 16, "warps_m": 2, "warps_n": 4}  # one block an SM
 DMMA_MID = {**DMMA, "bm": 64, "bn": 128, "bk": 8, "warps_m": 1, "warps_n": 4}  # two blocks an SM
 
@@ -166,7 +166,7 @@ def test_deterministic_matmul_gives_the_same_bits_twice(shipped):
 
 def test_dmma_rows_are_priced_per_split_and_never_split_when_deterministic():
     tile = {"mma": "m16n8k4", "bm": 64, "bn": 128, "bk": 16, "warps_m": 1, "warps_n": 4, "stages": 3, "min_blocks": 1,
-            "stored": "mn"}
+            "stored": "mn", "stores": "elements"}
     geometry = model.geometry("dmma", {**tile, "splits": 2}, "float64", "9.0")
     assert (geometry.tile, geometry.bk, geometry.splits) == ((64, 128), 16, 2)
     assert model.tile_key("dmma", {**tile, "splits": 2}) == model.tile_key("dmma", {**tile, "splits": 1})
@@ -180,7 +180,7 @@ def test_dmma_rows_are_priced_per_split_and_never_split_when_deterministic():
 
 def test_tf32x3_rows_are_priced_per_split_for_float32_alone():
     tile = {"mma": "m16n8k8", "bm": 64, "bn": 128, "bk": 16, "warps_m": 2, "warps_n": 2, "stages": 3, "chunk": 2,
-            "min_blocks": 1, "stored": "memory"}
+            "min_blocks": 1, "stored": "memory", "stores": "elements"}
     geometry = model.geometry("tf32x3", {**tile, "splits": 2}, "float32", "9.0")
     assert (geometry.tile, geometry.bk, geometry.splits) == ((64, 128), 16, 2)
     assert model.tile_key("tf32x3", {**tile, "splits": 2}) == model.tile_key("tf32x3", {**tile, "splits": 1})

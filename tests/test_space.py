@@ -196,7 +196,7 @@ def test_float64_takes_the_fp64_tensor_cores_by_compute_capability():
     guesses = shape_guesses((4096, 4096, 4096), "float64", on(hopper, 132, "9.0"))
     assert guesses[0].family == "dmma" and guesses[0].params == {
         **DMMA_TILE, "mma": "m16n8k8", "bm": 128, "bn": 128, "bk": 16, "warps_m": 2, "warps_n": 4, "stages": 4,
-        "stored": "memory", "splits": 1}
+        "stored": "memory", "stores": "pairs", "splits": 1}
     split, whole = shape_guesses((512, 512, 16384), "float64", on(hopper, 132, "9.0"))[:2]  # 16 tiles: 2 waves split
     assert (split.params["splits"], whole.params["splits"]) == (32, 1)
     assert shape_guesses((4096, 4096, 4096), "float64", on(DeviceLimits.for_cc("8.0"), 108, "8.0"))[0].params["mma"] == "m8n8k4"
@@ -215,7 +215,7 @@ def test_float64_also_tries_its_few_tile_where_the_first_tile_leaves_sms_short()
     assert tiles((1024, 1024, 1024), on(hopper, 132, "9.0")) == [(128, 128, 8), (128, 128, 1), (64, 64, 2), (64, 64, 1)]
     few = shape_guesses((1024, 1024, 1024), "float64", on(hopper, 132, "9.0"))[3]
     assert few.params == {"mma": "m16n8k8", "bm": 64, "bn": 64, "bk": 16, "warps_m": 2, "warps_n": 2, "stages": 3,
-                          "min_blocks": 1, "stored": "memory", "splits": 1}
+                          "min_blocks": 1, "stored": "memory", "stores": "pairs", "splits": 1}
     assert tiles((2048, 2048, 2048), on(hopper, 132, "9.0")) == [(128, 128, 2), (128, 128, 1), (64, 64, 1)]
     assert tiles((4096, 4096, 4096), on(hopper, 132, "9.0")) == [(128, 128, 1)]
     assert tiles((1024, 1024, 1024), on(DeviceLimits.for_cc("8.0"), 108, "8.0")) == [(64, 128, 2), (64, 128, 1)]

@@ -35,7 +35,8 @@ STAND_INS = {
                                     "unroll": True, "fragments": 1, "wide_fetch": True, "async_copy": False,
                                     "min_blocks": 1}),
     "float64": Config.of("dmma", {"mma": "m16n8k8", "bm": 64, "bn": 64, "bk": 16, "warps_m": 2, "warps_n": 2,
-                                  "stages": 3, "splits": 1, "min_blocks": 1, "stored": "memory"}),
+                                  "stages": 3, "splits": 1, "min_blocks": 1, "stored": "memory",
+                                  "stores": "pairs"}),
 }
 ARCHES = (Arch(9, 0, "a"),)
 #: the layouts of the products that ship with a bias too: nn.Linear's x @ W.T (NT) and A @ B (NN)

@@ -179,14 +179,16 @@ def nearest_rows(rows: list[Row], shape: tuple[int, int, int], count: int = 1) -
 #: default (step 54; the rows of its builds on the way, of the same PTX), and wgmma's tiles of
 #: any 8 columns and swapped operands with the families' contract's fit (step 55), without
 #: changing a kernel, so rows measured before are as current as rows measured after, and tf32x3's
-#: when dmma's float64 came to read one element a load (step 59). dmma's rows from before step 59 are
+#: when dmma's float64 came to read one element a load (step 59), and dmma's and tf32x3's when a lane
+#: could write C's pairs as one store, off by default (step 60). dmma's rows from before step 59 are
 #: stale: its float64 tiles stored "k" or "memory" are read otherwise (its "mn" rows, whose PTX is the
 #: same, were relabelled in the shipped records), and tf32x3's from before step 58. Step 48
 #: changed one kind of build: wgmma's with two producers for rows that are not 16-byte aligned,
 #: which now move them as whole words; rows timed on those keep their configs, whose speeds they
 #: understate
 SAME_CODE = {
-    **dict.fromkeys(("e8e27951728ebace", "8af2fb2881a043cb"), "8273f1e13ceb6d08"),  # tf32x3
+    **dict.fromkeys(("e8e27951728ebace", "8af2fb2881a043cb", "8273f1e13ceb6d08"), "0278b16e092374b3"),  # tf32x3
+    "48d1a5b11a2678d0": "2a033be0faca54e6",  # dmma
     **dict.fromkeys(("e861213c0d10400a", "46c18dbcbf6be0a5", "8bfff77fd2b69181",
                      "a8f0260fda7b91dd", "518e63140bddc879", "abb96c882b71735b",
                      "26a0bc50e0850d9e", "975e277a70850b48", "77e0429cdab60417",
@@ -225,8 +227,10 @@ SAME_CODE = {
 
 #: parameters a family gained after rows were written, at the value that runs the code those rows
 #: measured (docs/performance.md, step 43: wgmma's producer warpgroup; step 49: the mma.sync
-#: families' stored tiles; step 54: gemv's streamed B and A read as vectors; step 55: wgmma's swap)
-GAINED = {"wgmma": {"producer": 0, "swap": 0}, "dmma": {"stored": "mn"}, "tf32x3": {"stored": "mn"},
+#: families' stored tiles; step 54: gemv's streamed B and A read as vectors; step 55: wgmma's swap;
+#: step 60: the mma.sync families' paired stores of C)
+GAINED = {"wgmma": {"producer": 0, "swap": 0}, "dmma": {"stored": "mn", "stores": "elements"},
+          "tf32x3": {"stored": "mn", "stores": "elements"},
           "gemv": {"streamed": False, "a_vectors": False}}
 
 
