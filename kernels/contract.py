@@ -44,6 +44,8 @@ and, where they apply (their defaults suit a family without them):
                   capability `cc`, whole and split by its schedules, or None
   few_tile        few_tile(dtype, cc) -> a smaller tile it also tries first where the first tile's
                   blocks would not give every SM two, or None
+  skinny_tile     skinny_tile(dtype, cc, m, n) -> a tile it also tries first where an M x N C is
+                  skinny, or None
   few_rows_config few_rows_config(product, sm_count, deterministic) -> its params for a Product
                   of fewer rows than the shape rules' smallest tile, or None; `summary` says how
                   its kernels compute, in lookup's reasons
@@ -193,6 +195,9 @@ class Family:
     #: few_tile(dtype, cc) -> a smaller tile a cold tune also tries first where the first tile's
     #: blocks would not give every SM two (autotune.space.guesses), or None
     few_tile: Callable[[str, str | None], dict | None] | None = None
+    #: skinny_tile(dtype, cc, m, n) -> a tile a cold tune also tries first where an M x N C is
+    #: skinny (autotune.space.guesses.SKINNY rows or columns), or None
+    skinny_tile: Callable[[str, str | None, int, int], dict | None] | None = None
     #: few_rows_config(product, sm_count, deterministic) -> its params for a Product of fewer rows
     #: than the shape rules' smallest tile (none that add into C where `deterministic`), or None
     few_rows_config: Callable[[Product, int, bool], dict | None] | None = None

@@ -18,8 +18,8 @@ from .warp_mma import FAST_TENSOR_CORES, KINDS, SHAPES, WARP, counts, needs
 
 SPACE = {
     "mma": list(KINDS["f64"]),
-    "bm": [32, 64, 128, 256],
-    "bn": [32, 64, 128, 256],
+    "bm": [16, 32, 64, 128, 256],
+    "bn": [16, 32, 64, 128, 256],
     "bk": [8, 16, 32],
     "warps_m": [1, 2, 4],
     "warps_n": [1, 2, 4],
@@ -67,6 +67,13 @@ FEW_TILE = {"bm": 64, "bn": 64, "bk": 16, "warps_m": 2, "warps_n": 2, "stages": 
             "stores": "elements"}
 
 FEW_BY_ARCH = {(9, 0): {"mma": "m16n8k8", "stores": "pairs"}}
+
+#: the tile a cold tune also tries where C is skinny (autotune.space.guesses.SKINNY): the first
+#: tile's pipeline, its long side SKINNY_LONG over SKINNY_WARPS warps, its short side the power of 2
+#: (at least SKINNY_SHORT) that covers C's, over as few warps as keep a warp's part of C within
+#: SKINNY_WARP_TILE, so that one block spans C's short side (docs/performance.md, step 61)
+SKINNY_LONG, SKINNY_WARPS, SKINNY_SHORT = 128, 4, 16
+SKINNY_WARP_TILE = {"bm": 64, "bn": 32}
 
 def pad(dtype: str) -> int:
     return PAD_BYTES // itemsize(dtype)
@@ -200,6 +207,17 @@ def first_tile(dtype: str, cc: str | None) -> dict | None:
 def few_tile(dtype: str, cc: str | None) -> dict | None:
     """FEW_TILE for float64 on a GPU with fast FP64 tensor cores and its instruction (tensor_tile)."""
     return tensor_tile(FEW_TILE, FEW_BY_ARCH, cc) if dtype == DTYPE else None
+
+def skinny_tile(dtype: str, cc: str | None, m: int, n: int) -> dict | None:
+    """The first tile (first_tile) reshaped for a skinny M x N C (SKINNY_LONG)."""
+    first = first_tile(dtype, cc)
+    if first is None:
+        return None
+    short_side, long_side = ("bm", "bn") if m <= n else ("bn", "bm")
+    short = max(SKINNY_SHORT, 1 << (max(min(m, n), 1) - 1).bit_length())
+    warps = {"bm": "warps_m", "bn": "warps_n"}
+    return {**first, short_side: short, warps[short_side]: max(1, short // SKINNY_WARP_TILE[short_side]),
+            long_side: SKINNY_LONG, warps[long_side]: SKINNY_WARPS}
 
 def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
     if dtype != DTYPE:

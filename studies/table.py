@@ -181,6 +181,17 @@ STEP60_PAIRS = {"dmma": "2a033be0faca54e6", "tf32x3": "0278b16e092374b3"}
 #: the bench's it did not)
 STEP60_KEPT = ["16x8192x8192@float64", "64x4096x16384@float64", "256x8192x8192@float64", "777x1555x333@float64",
                "1023x1025x999@float64"]
+#: every family's source hash after step 61 gave the families' contract a skinny tile for a cold tune
+#: (Family.skinny_tile) and dmma's and tf32x3's space tiles of 16 rows or columns: the same sm_90 PTX for
+#: every shipped record (studies/ptx_same.py; the step-61 tune's rows were timed on this code before a
+#: comment of kernels/mma_space.py changed)
+STEP61_HASHES = {"wgmma": "b7055580850b186a", "dmma": "3db4fb618fd5ee86", "tf32x3": "fd77e1f36f3b7999",
+                 "vector": "b974038d346de1af", "splitk": "d374d9a51f569c4c", "register": "0a619d535b58022b",
+                 "streamk": "ad0fb720ca43244e", "shared": "29222c835d63aa02", "naive": "a65097b6941e4f5f",
+                 "gemv": "1ca7fe33dcc67d7b"}
+#: the step-61 tune's row the H200 keeps from before: the cost model priced the new row's 128 x 64 tile
+#: from it and served it at other skinny shapes, where it ran slower (docs/performance.md, step 61)
+STEP61_KEPT = ["16384x64x16384@float64"]
 
 SHIPPED = {
     "measured/nvidia-h200.json.xz": [
@@ -248,6 +259,9 @@ SHIPPED = {
          "what": "step 55: two swapped wgmma tiles (bn 128 and 64, two producers), their columns fitted to M, "
                  "whole and split to fill waves, at every shape, each anchored by its best earlier candidate",
          "parts": ["h200/step55/table/extend.json.xz"]},
+        {"step": "relabel", "commit": "step 61 (issue 39)", "field": "wgmma_kernels", "hashes": STEP61_HASHES,
+         "what": "step 61: the families' skinny tile and dmma's 16-wide tiles, which leave every kernel's PTX as it "
+                 "was"},
     ],
     "records/nvidia-h200.json": [
         {"step": "promote", "commit": "9494194", "file": "h200/step25/retimed.json.xz",
@@ -372,6 +386,12 @@ SHIPPED = {
                  "beat the first tune's promoted"},
         {"step": "relabel", "commit": "step 60 (issue 39)", "hashes": STEP60_PAIRS,
          "what": "step 60: C's paired stores, a parameter off by default: the same sm_90 PTX for every row"},
+        {"step": "promote", "commit": "step 61 (issue 39)", "file": "h200/step61/tune/tuned.json.xz",
+         "except": STEP61_KEPT,
+         "what": "step 61: six skinny float64 shapes tuned on an H200 with 16-wide tiles in the space and a first "
+                 "guess fitted to C's short side (16 trials, 24 at three of them); five rows promoted"},
+        {"step": "relabel", "commit": "step 61 (issue 39)", "hashes": STEP61_HASHES,
+         "what": "step 61: the families' skinny tile and dmma's 16-wide tiles: the same sm_90 PTX for every row"},
     ],
     "records/nvidia-h100-80gb-hbm3.json": [
         {"step": "promote", "commit": "step 39 (issue 39)", "file": "h100/step39/tune/tuned.json.xz",
@@ -463,6 +483,8 @@ SHIPPED = {
          "what": "step 59: float64 read one element a load: the same sm_90 PTX for the other records"},
         {"step": "relabel", "commit": "step 60 (issue 39)", "hashes": STEP60_PAIRS,
          "what": "step 60: C's paired stores, a parameter off by default: the same sm_90 PTX for every record"},
+        {"step": "relabel", "commit": "step 61 (issue 39)", "hashes": STEP61_HASHES,
+         "what": "step 61: the families' skinny tile and dmma's 16-wide tiles: the same sm_90 PTX for every record"},
     ],
 }
 

@@ -113,6 +113,40 @@ def test_a_nearest_row_serves_only_where_it_loads_the_gpu_alike():
     assert not model.similar_load(ROWS[0], (1024, 4096, 4096), H200)  # a quarter of the blocks
 
 
+DMMA_ROWS16 = {**DMMA, "bm": 16, "bn": 128, "bk": 16, "warps_m": 1, "warps_n": 4, "splits": 8}
+DMMA_COLS32 = {**DMMA, "bm": 128, "bn": 32, "bk": 16, "warps_m": 4, "warps_n": 1, "splits": 8}
+
+
+def test_a_tile_must_span_a_skinny_c_short_side_in_one_block():
+    """A 16-row tile at a C of 64 rows would read the long B four times over; a C that is not skinny,
+    or a tile as wide as C's short side, passes, and so does a C of fewer rows than the shape rules'
+    smallest tile (gemv's, a block a row) and a small C, whose sides are both short."""
+    covers = lambda params, shape, family="dmma": model.covers_short_side(family, params, "float64", shape)
+    assert covers(DMMA_ROWS16, (16, 8192, 8192)) and covers(DMMA_ROWS16, (9, 8192, 8192))
+    assert not covers(DMMA_ROWS16, (17, 8192, 8192)) and not covers(DMMA_ROWS16, (64, 8192, 2048))
+    assert covers(DMMA_ROWS16, (65, 8192, 2048)) and covers(DMMA_ROWS16, (8192, 16, 8192))  # N's the short side
+    assert covers(DMMA_COLS32, (8192, 32, 8192)) and not covers(DMMA_COLS32, (8192, 35, 8192))
+    assert covers({"rows": 1, "cols": 64, "threads": 256, "unroll": 4, "splits": 8}, (2, 4096, 4096), "gemv")
+    assert covers(DMMA_ROWS16, (64, 64, 4096)) and not covers(DMMA_ROWS16, (64, 65, 4096))  # 64x64 small, 64x65 skinny
+
+
+def test_the_model_serves_no_skinny_c_a_tile_narrower_than_its_short_side():
+    """Step 61: the 16-row tile, cheap per step at its own 16-row shape, priced cheapest at 64 rows too,
+    where its four blocks a column of tiles read B four times; the 64-row tile serves there instead, and
+    the narrow one only where no tile spans 64 rows."""
+    rows = [timed(DMMA_ROWS16, (16, 8192, 8192), 5e-5, "dmma", "float64"),
+            timed({**DMMA_MID, "splits": 2}, (256, 8192, 2048), 4e-4, "dmma", "float64")]
+    fitted = model.Model(rows, 132, "9.0")
+    assert fitted.predict((16, 8192, 4096), "float64").config["bm"] == 16
+    thin = next(c for c in fitted.candidates("float64", False) if c.config.params == DMMA_ROWS16)
+    mid = min(fitted.candidates("float64", False), key=lambda c: fitted.cost(c, "float64", (64, 8192, 2048))
+              if c.config.params["bm"] == 64 else float("inf"))
+    assert fitted.cost(thin, "float64", (64, 8192, 2048)) < fitted.cost(mid, "float64", (64, 8192, 2048))
+    assert fitted.predict((64, 8192, 2048), "float64").config["bm"] == 64
+    alone = model.Model(rows[:1], 132, "9.0")  # nothing spans 64 rows: the narrow tile, not no answer
+    assert alone.predict((64, 8192, 2048), "float64").config["bm"] == 16
+
+
 def test_a_gemv_row_is_priced_and_not_picked_for_a_product_of_many_rows():
     """A tuned product of one row may have gemv's rows x cols tile: the model prices it like any
     row, and its tile, a block per row of C, loses at a product of many rows."""
@@ -146,6 +180,12 @@ def test_lookup_takes_the_model_where_no_near_row_loads_the_gpu_alike(shipped):
     assert far.source == "model" and far.family == "splitk" and far.basis.startswith("cost model")
     assert autotune.lookup(1024, 4096, 4096).tuned_shape == (2048, 2048, 2048)  # as many blocks
     assert autotune.lookup(1024, 1024, 4096).source == "model"  # near 2048^3, but a quarter of its blocks
+
+
+def test_no_nearest_row_serves_a_skinny_c_a_tile_narrower_than_its_short_side(shipped):
+    """The nearest row, 16x8192x1024's, has a 16-row tile: too narrow for 24 rows."""
+    wider = autotune.lookup(24, 8192, 1024)
+    assert wider.source == "model" and wider.config["bm"] >= 24
 
 
 def test_deterministic_lookups_skip_rows_that_split_k(shipped):

@@ -221,6 +221,31 @@ def test_float64_also_tries_its_few_tile_where_the_first_tile_leaves_sms_short()
     assert tiles((1024, 1024, 1024), on(DeviceLimits.for_cc("8.0"), 108, "8.0")) == [(64, 128, 2), (64, 128, 1)]
 
 
+def test_float64_tries_a_tile_fitted_to_a_skinny_c_first():
+    """A C of at most SKINNY rows (columns), and more columns (rows), gets sm_90's first tile with its short side
+    the power of 2 that covers C's (16 at least) and its long side 128 over 4 warps, first, split for two waves
+    and whole: one block spans C's short side. A warp takes at most 64 rows and 32 columns of it. A small C,
+    short both ways, keeps the first and few tiles."""
+    hopper = DeviceLimits.for_cc("9.0")
+    tiles = lambda shape: [
+        (c.params["bm"], c.params["bn"], c.params["warps_m"], c.params["warps_n"], c.params["splits"])
+        for c in shape_guesses(shape, "float64", on(hopper, 132, "9.0")) if c.family == "dmma"]
+    assert tiles((16, 8192, 8192))[:2] == [(16, 128, 1, 4, 8), (16, 128, 1, 4, 1)]  # 64 blocks: 8 splits fill 2 waves
+    assert tiles((8192, 9, 8192))[:2] == [(128, 16, 4, 1, 8), (128, 16, 4, 1, 1)]
+    assert tiles((33, 4096, 16384))[0] == (64, 128, 1, 4, 16)
+    assert tiles((16384, 64, 16384))[0] == (128, 64, 4, 2, 4)
+    first = shape_guesses((8192, 16, 8192), "float64", on(hopper, 132, "9.0"))[0].params
+    assert {key: first[key] for key in ("mma", "bk", "stages", "stored")} == {
+        "mma": "m16n8k8", "bk": 16, "stages": 4, "stored": "memory"}
+    assert tiles((65, 8192, 8192))[0][:2] == (128, 128)  # not skinny: the first tile leads
+    assert tiles((16, 8192, 8192))[2:] == [
+        (128, 128, 2, 4, 8), (128, 128, 2, 4, 1), (64, 64, 2, 2, 4), (64, 64, 2, 2, 1)]
+    assert [tile[:2] for tile in tiles((64, 64, 4096))] == [(128, 128), (128, 128), (64, 64), (64, 64)]
+    for shape in ((16, 8192, 8192), (8192, 9, 8192), (41, 48, 68), (3, 4096, 4096)):
+        for config in shape_guesses(shape, "float64", on(hopper, 132, "9.0")):
+            assert infeasibility(config.family, config.params, "float64", hopper) is None
+
+
 def test_float32_takes_three_tf32_products_on_data_center_gpus_from_sm80_on():
     hopper = DeviceLimits.for_cc("9.0")
     guesses = shape_guesses((4096, 4096, 4096), "float32", on(hopper, 132, "9.0"))

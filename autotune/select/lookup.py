@@ -12,10 +12,12 @@ for this dtype, ranked in this order (the first that fits wins):
   2. measured the candidate that the nearest shapes of a shipped measured table rate best
               (autotune.select.neighbours), where a table of this dtype and architecture ships
   3. nearest  a row for the tuned shape closest by autotune.store.rows.shape_distance (log2 scale;
-              doubling one dimension = 1) within NEAREST_MAX_DISTANCE, if its config loads the GPU
+              doubling one dimension = 1) within NEAREST_MAX_DISTANCE whose tile spans a skinny C's
+              short side (autotune.select.model.covers_short_side), if its config loads the GPU
               alike at this shape (autotune.select.model.similar_load: about as many blocks, waves as full)
   4. model    the cheapest config by the cost model fitted on the usable rows (autotune.select.model):
-              their tiles, vector tiles with every K-split too
+              their tiles, vector tiles with every K-split too; of them, only those spanning a skinny C's
+              short side where any does
   5. measured as 2, from the table of the nearest other architecture, where nothing of this
               architecture serves the shape; only configs whose instructions this GPU has
               (autotune.space.configs.arch_infeasibility)
@@ -48,7 +50,7 @@ from autotune.backends import Device
 from autotune.errors import OperandError
 from autotune.memos import MEMOS
 from autotune.select import neighbours
-from autotune.select.model import predict, similar_load
+from autotune.select.model import covers_short_side, predict, similar_load
 from autotune.space.configs import DEFAULT_FAMILY, GpuLimits, default_config, infeasibility
 from autotune.space.guesses import few_rows_guess, small_k_guess
 from autotune.space.precision import allows
@@ -152,7 +154,8 @@ def _find(problem: Problem, device: Device, deterministic: bool) -> Choice:
             candidate = Candidate(origin=origin, row=row, match=match, served=served,
                                   distance=shape_distance(problem.shape, row.shape), stale=stale(row, hashes))
             usable.append(candidate)
-            if candidate.distance <= NEAREST_MAX_DISTANCE:
+            if candidate.distance == 0 or (candidate.distance <= NEAREST_MAX_DISTANCE and covers_short_side(
+                    row.family, row.params, dtype, problem.shape)):
                 ranked.append(candidate)
     best = min(ranked, key=lambda c: c.order) if ranked else None
     if best is None or best.distance > 0:

@@ -9,7 +9,9 @@ full, runs faster per block than its full waves. A vector tile may also split K 
 family with the same tile): more blocks, fewer steps each, for the price of zeroing C and adding
 every split's partial product into it. `predict` prices every candidate and takes the cheapest;
 `similar_load` says whether a nearby tuned shape loads the GPU alike, so that its config may
-serve as it is; `leave_one_out` measures the model on the rows themselves.
+serve as it is; `covers_short_side` keeps a skinny C's long operand read once (the model prices
+the other tiles only where none spans C's short side); `leave_one_out` measures the model on the
+rows themselves.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 import kernels
 from autotune.memos import MEMOS
 from autotune.space.configs import GpuLimits, infeasibility
+from autotune.space.guesses import MIN_FIT_SIDE, SKINNY
 from autotune.store.rows import Row
 from kernels import Config
 from kernels.base import DeviceLimits, Schedules, itemsize
@@ -201,7 +204,9 @@ class Model:
                     yield Priced(Config.of(family, params), tau, row)
 
     def predict(self, shape: tuple[int, int, int], dtype: str, deterministic: bool = False) -> Prediction | None:
-        priced = [(self.cost(c, dtype, shape), c) for c in self.candidates(dtype, deterministic)]
+        candidates = list(self.candidates(dtype, deterministic))
+        spanning = [c for c in candidates if covers_short_side(c.config.family, c.config.params, dtype, shape)]
+        priced = [(self.cost(c, dtype, shape), c) for c in spanning or candidates]
         if not priced:
             return None
         ms, best = min(priced, key=lambda entry: entry[0])
@@ -258,6 +263,19 @@ def similar_load(row: Row, shape: tuple[int, int, int], device) -> bool:
     sms = device.sm_count
     return (1 / LOAD_FACTOR <= ratio <= LOAD_FACTOR
             and g.efficiency(m, n, sms) >= WAVE_EFFICIENCY * g.efficiency(row.m, row.n, sms))
+
+
+def covers_short_side(family: str, params: dict, dtype: str, shape: tuple[int, int, int]) -> bool:
+    """Whether a config's tile spans a skinny C's short side (MIN_FIT_SIDE to SKINNY, its long side
+    longer) in one block, so that its blocks read the long operand once: each further block along
+    that side reads it again, which the steps the model prices do not show (docs/performance.md,
+    step 61). True for a C that is not skinny (a small one included), for one of fewer rows or
+    columns (the few-rows rule's: gemv reads B once a row of C), and for configs without a footprint."""
+    m, n, _ = shape
+    if not MIN_FIT_SIDE <= min(m, n) <= SKINNY < max(m, n) or kernels.family(family).footprint is None:
+        return True
+    bm, bn = kernels.family(family).footprint(params, dtype).tile
+    return bm >= m if m <= n else bn >= n
 
 
 def leave_one_out(rows: list[Row], device) -> list[dict]:

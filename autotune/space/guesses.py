@@ -87,8 +87,9 @@ def shape_guesses(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits) -> li
 def first_tile_guesses(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits) -> list[Config]:
     """Each family's first tile for `dtype` on `gpu` (Family.first_tile: the tensor-core families'
     on GPUs whose tensor cores are fast), and its few tile where the first tile's blocks would
-    give fewer than FEW_BLOCKS_PER_SM an SM (Family.few_tile); each whole and with K split for
-    two waves where its schedules split K; those that can run."""
+    give fewer than FEW_BLOCKS_PER_SM an SM (Family.few_tile), after its skinny tile where C is
+    skinny, at most SKINNY on one side and longer on the other (Family.skinny_tile); each whole
+    and with K split for two waves where its schedules split K; those that can run."""
     limits, sm_count, cc = gpu, gpu.sm_count, gpu.cc or None
     m, n, _ = shape
     configs = []
@@ -100,6 +101,9 @@ def first_tile_guesses(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits) 
         few = entry.few_tile(dtype, cc) if entry.few_tile else None
         if few and -(-m // tile["bm"]) * -(-n // tile["bn"]) < FEW_BLOCKS_PER_SM * sm_count:
             tiles.append(few)
+        skinny = entry.skinny_tile(dtype, cc, m, n) if entry.skinny_tile and min(m, n) <= SKINNY < max(m, n) else None
+        if skinny:
+            tiles.insert(0, skinny)  # the likeliest to win goes first
         schedules = entry.schedules
         for tile in tiles:
             step = {"bk": entry.footprint(tile, dtype).bk} if entry.footprint else {}  # a K-step of its own
