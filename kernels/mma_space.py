@@ -75,6 +75,15 @@ FEW_BY_ARCH = {(9, 0): {"mma": "m16n8k8", "stores": "pairs"}}
 SKINNY_LONG, SKINNY_WARPS, SKINNY_SHORT = 128, 4, 16
 SKINNY_WARP_TILE = {"bm": 64, "bn": 32}
 
+#: the tile lookup serves a float64 product of a small C and little work that no row serves exactly
+#: (autotune.space.guesses.small_c_guess), K split for two waves: two warps of 16 x 16, which keep
+#: the most blocks in flight where C makes few (docs/performance.md, step 62); sm_90's 16 x 8 x 8
+#: instruction alone was measured
+SMALL_TILE = {"bm": 32, "bn": 16, "bk": 16, "warps_m": 2, "warps_n": 1, "stages": 3, "min_blocks": 1,
+              "stored": "memory", "stores": "elements"}
+
+SMALL_BY_ARCH = {(9, 0): {"mma": "m16n8k8"}}
+
 def pad(dtype: str) -> int:
     return PAD_BYTES // itemsize(dtype)
 
@@ -218,6 +227,10 @@ def skinny_tile(dtype: str, cc: str | None, m: int, n: int) -> dict | None:
     warps = {"bm": "warps_m", "bn": "warps_n"}
     return {**first, short_side: short, warps[short_side]: max(1, short // SKINNY_WARP_TILE[short_side]),
             long_side: SKINNY_LONG, warps[long_side]: SKINNY_WARPS}
+
+def small_tile(dtype: str, cc: str | None) -> dict | None:
+    """SMALL_TILE for float64 on GPUs from sm_90 on (tensor_tile)."""
+    return tensor_tile(SMALL_TILE, SMALL_BY_ARCH, cc) if dtype == DTYPE else None
 
 def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
     if dtype != DTYPE:

@@ -192,6 +192,13 @@ STEP61_HASHES = {"wgmma": "b7055580850b186a", "dmma": "3db4fb618fd5ee86", "tf32x
 #: the step-61 tune's row the H200 keeps from before: the cost model priced the new row's 128 x 64 tile
 #: from it and served it at other skinny shapes, where it ran slower (docs/performance.md, step 61)
 STEP61_KEPT = ["16384x64x16384@float64"]
+#: every family's source hash after step 62 gave the families' contract a small tile (Family.small_tile),
+#: dmma's: the same sm_90 PTX for every shipped record (studies/ptx_same.py; dmma's and tf32x3's again
+#: after a docstring of kernels/mma_space.py changed)
+STEP62_HASHES = {"wgmma": "a083a2cb904e1bb5", "dmma": "c2a99e011a342f91", "tf32x3": "db1c495f88784108",
+                 "vector": "6b2c0a86f00ce72e", "splitk": "70ec55f514a19c95", "register": "df9ac795566cacac",
+                 "streamk": "7aa4ad57fcc7934c", "shared": "63a08d9c42096786", "naive": "78b4fa5987d38256",
+                 "gemv": "31c3357d82082f90"}
 
 SHIPPED = {
     "measured/nvidia-h200.json.xz": [
@@ -262,6 +269,8 @@ SHIPPED = {
         {"step": "relabel", "commit": "step 61 (issue 39)", "field": "wgmma_kernels", "hashes": STEP61_HASHES,
          "what": "step 61: the families' skinny tile and dmma's 16-wide tiles, which leave every kernel's PTX as it "
                  "was"},
+        {"step": "relabel", "commit": "step 62 (issue 39)", "field": "wgmma_kernels", "hashes": STEP62_HASHES,
+         "what": "step 62: the families' small tile, which leaves every kernel's PTX as it was"},
     ],
     "records/nvidia-h200.json": [
         {"step": "promote", "commit": "9494194", "file": "h200/step25/retimed.json.xz",
@@ -392,6 +401,8 @@ SHIPPED = {
                  "guess fitted to C's short side (16 trials, 24 at three of them); five rows promoted"},
         {"step": "relabel", "commit": "step 61 (issue 39)", "hashes": STEP61_HASHES,
          "what": "step 61: the families' skinny tile and dmma's 16-wide tiles: the same sm_90 PTX for every row"},
+        {"step": "relabel", "commit": "step 62 (issue 39)", "hashes": STEP62_HASHES,
+         "what": "step 62: the families' small tile: the same sm_90 PTX for every row"},
     ],
     "records/nvidia-h100-80gb-hbm3.json": [
         {"step": "promote", "commit": "step 39 (issue 39)", "file": "h100/step39/tune/tuned.json.xz",
@@ -485,6 +496,8 @@ SHIPPED = {
          "what": "step 60: C's paired stores, a parameter off by default: the same sm_90 PTX for every record"},
         {"step": "relabel", "commit": "step 61 (issue 39)", "hashes": STEP61_HASHES,
          "what": "step 61: the families' skinny tile and dmma's 16-wide tiles: the same sm_90 PTX for every record"},
+        {"step": "relabel", "commit": "step 62 (issue 39)", "hashes": STEP62_HASHES,
+         "what": "step 62: the families' small tile: the same sm_90 PTX for every record"},
     ],
 }
 

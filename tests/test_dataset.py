@@ -112,7 +112,7 @@ def test_lookup_diff_times_each_runs_choices_in_one_set_of_jobs(tmp_path):
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 
-    shapes = {(800, 800, 800), (69, 330, 631)}
+    shapes = {(800, 800, 800), (169, 930, 631)}
     common = ("--gpu", "NVIDIA H100 80GB HBM3", "--dtype", "float64", "--shapes", *("x".join(map(str, s)) for s in shapes))
     run(*common, "--lone-share", "1", "--out", tmp_path / "lone1.json")
     run(*common, "--out", tmp_path / "now.json", "--variant", f"lone1={tmp_path / 'lone1.json'}",
@@ -124,7 +124,7 @@ def test_lookup_diff_times_each_runs_choices_in_one_set_of_jobs(tmp_path):
         assert len({json.dumps(job["params"], sort_keys=True) for job in jobs if tuple(job["shape"]) == shape}) == 2
     gflops = {"this": 50.0, "lone1": 25.0}
     result = {"shapes": [{"shape": list(shape), "cublas_gflops": 100.0,
-                          "jobs": [{**job, "gflops": None if (job["source"], shape[0]) == ("lone1", 69)
+                          "jobs": [{**job, "gflops": None if (job["source"], shape[0]) == ("lone1", 169)
                                     else gflops[job["source"]]} for job in jobs if tuple(job["shape"]) == shape]}
                          for shape in shapes]}
     (tmp_path / "timed.json").write_text(json.dumps(result))

@@ -5,7 +5,7 @@ import pytest
 
 import kernels
 from autotune.space.guesses import (
-    FEW_ROWS_TILE, SHORT_K, SHORT_K_TILE, SMALL_K, SMALL_K_COPIED_TILE, SMALL_K_TILE, STREAM_WORKERS, few_rows_guess, small_k_guess, fit_tile, policy_splits, shape_guesses, stream_twin,
+    FEW_ROWS_TILE, SHORT_K, SHORT_K_TILE, SMALL_K, SMALL_K_COPIED_TILE, SMALL_K_TILE, STREAM_WORKERS, few_rows_guess, small_c_guess, small_k_guess, fit_tile, policy_splits, shape_guesses, stream_twin,
 )
 from kernels.dmma import FIRST_TILE as DMMA_TILE
 from kernels.gemv import FEW_ROWS_TILES as GEMV_TILES
@@ -244,6 +244,24 @@ def test_float64_tries_a_tile_fitted_to_a_skinny_c_first():
     for shape in ((16, 8192, 8192), (8192, 9, 8192), (41, 48, 68), (3, 4096, 4096)):
         for config in shape_guesses(shape, "float64", on(hopper, 132, "9.0")):
             assert infeasibility(config.family, config.params, "float64", hopper) is None
+
+
+def test_a_small_float64_c_of_little_work_gets_dmmas_small_tile_split_for_two_waves():
+    """A C of at most two 32x16 tiles an SM and at most 2**26 multiply-adds, both sides 16 or more: dmma's
+    small tile on sm_90, K split for two waves (35x41: 6 tiles, 64 splits of 4 steps and more), whole
+    where deterministic, and as far as dmma's splits go (64); not float32, not sm_80 (its instruction was not
+    measured), not fewer rows, a larger C or more work."""
+    hopper = on(DeviceLimits.for_cc("9.0"), 132, "9.0")
+    guess = small_c_guess((41, 48, 68), "float64", hopper)
+    assert guess.family == "dmma" and guess.params == {**mma_space.SMALL_TILE, "mma": "m16n8k8", "splits": 1}
+    assert small_c_guess((35, 41, 4525), "float64", hopper).params["splits"] == 64
+    assert small_c_guess((35, 41, 4525), "float64", hopper, deterministic=True).params["splits"] == 1
+    assert small_c_guess((2996, 29, 81), "float64", hopper) is not None  # 188 tiles
+    assert small_c_guess((16, 16, 262144), "float64", hopper).params["splits"] == 64  # two waves would take 128
+    for shape, dtype, gpu in (((41, 48, 68), "float32", hopper), ((41, 48, 68), "float64", on(DeviceLimits.for_cc(
+            "8.0"), 108, "8.0")), ((15, 48, 68), "float64", hopper), ((1000, 1000, 60), "float64", hopper),
+            ((64, 64, 20000), "float64", hopper), ((41, 48, 68), "float64", on(hopper, 0, "9.0"))):
+        assert small_c_guess(shape, dtype, gpu) is None, (shape, dtype)
 
 
 def test_float32_takes_three_tf32_products_on_data_center_gpus_from_sm80_on():

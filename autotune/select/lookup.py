@@ -9,6 +9,8 @@ for this dtype, ranked in this order (the first that fits wins):
      small-k  a float32 product of a short K (a few k-steps): the rule's 32x64 tile for a small C,
               else its 64x64 tile, through registers or copied asynchronously by B's alignment
               and C's tiles an SM (autotune.space.guesses.small_k_guess)
+     small-c  a product of a small C and little work: its family's small tile, K split for two
+              waves (autotune.space.guesses.small_c_guess: dmma's, float64 from sm_90 on)
   2. measured the candidate that the nearest shapes of a shipped measured table rate best
               (autotune.select.neighbours), where a table of this dtype and architecture ships
   3. nearest  a row for the tuned shape closest by autotune.store.rows.shape_distance (log2 scale;
@@ -52,7 +54,7 @@ from autotune.memos import MEMOS
 from autotune.select import neighbours
 from autotune.select.model import covers_short_side, predict, similar_load
 from autotune.space.configs import DEFAULT_FAMILY, GpuLimits, default_config, infeasibility
-from autotune.space.guesses import few_rows_guess, small_k_guess
+from autotune.space.guesses import few_rows_guess, small_c_guess, small_k_guess
 from autotune.space.precision import allows
 from autotune.space.precision import resolve as resolve_precision
 from autotune.space.problem import Problem
@@ -70,7 +72,7 @@ NEAREST_MAX_DISTANCE = 3.0  # e.g. 8x along one dimension, or 2x along all three
 class Choice:
     family: str
     config: dict
-    source: str  # exact | few-rows | small-k | measured | nearest | model | default
+    source: str  # exact | few-rows | small-k | small-c | measured | nearest | model | default
     device: str  # this GPU
     tuned_shape: tuple[int, int, int] | None = None  # the shape the config was tuned for
     distance: float | None = None  # shape_distance to tuned_shape
@@ -172,6 +174,12 @@ def _find(problem: Problem, device: Device, deterministic: bool) -> Choice:
             pipeline = f"{tile['stages']} async stages" if tile["async_copy"] else "through registers"
             return Choice(short.family, tile, "small-k", device.name,
                           basis=f"K = {k}: the {tile['bm']}x{tile['bn']} tile, BK {tile['bk']}, {pipeline}")
+        small = small_c_guess((m, n, k), dtype, gpu, deterministic)
+        if small is not None and allows(wanted, kernels.family(small.family).precision, k):
+            tile, family = small.params, small.family
+            return Choice(family, tile, "small-c", device.name,
+                          basis=f"a {m}x{n} C of {m * n * k:,} multiply-adds: {family}'s "
+                                f"{tile['bm']}x{tile['bn']} tile, K split {tile.get('splits', 1)} ways")
         measured = _measured(problem, device, deterministic)
         if measured is not None:
             return measured

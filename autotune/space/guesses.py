@@ -247,6 +247,34 @@ def small_k_guess(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits, layou
     return next((config for config in configs if infeasibility(config.family, config.params, dtype, gpu) is None), None)
 
 
+#: a product of a small C and little work, which a family's small tile serves (Family.small_tile;
+#: steps 61 and 62, studies/h200/step62/): C makes at most SMALL_C_TILES_PER_SM tiles of it an SM,
+#: at most SMALL_C_WORK multiply-adds (the largest product measured), and both sides at least
+#: MIN_FIT_SIDE (fewer rows are the few-rows rule's)
+SMALL_C_TILES_PER_SM, SMALL_C_WORK = 2, 1 << 26
+
+
+def small_c_guess(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits,
+                  deterministic: bool = False) -> Config | None:
+    """The first family's small tile for a product of a small C and little work (SMALL_C_WORK), K split
+    for SPLIT_WAVES waves, as far as its space's splits go (not split where `deterministic`); None for
+    other products, an unknown SM count, or where it cannot run."""
+    m, n, k = shape
+    sm_count = gpu.sm_count
+    if not sm_count or min(m, n) < MIN_FIT_SIDE or m * n * k > SMALL_C_WORK:
+        return None
+    for entry in kernels.FAMILIES.values():
+        tile = entry.small_tile(dtype, gpu.cc or None) if entry.small_tile else None
+        if tile is None or _tiles(m, n, tile) > SMALL_C_TILES_PER_SM * sm_count:
+            continue
+        most = max(entry.space.get("splits", [1]))
+        splits = 1 if deterministic else min(wave_splits(shape, tile, sm_count), most)
+        config = Config.of(*entry.schedules.config(tile, splits)) if entry.schedules else Config.of(entry.name, tile)
+        if infeasibility(config.family, config.params, dtype, gpu) is None:
+            return config
+    return None
+
+
 def _tiles(m: int, n: int, tile: dict) -> int:
     return -(-m // tile["bm"]) * -(-n // tile["bn"])
 

@@ -23,7 +23,7 @@ from autotune.errors import SpaceMismatch
 from autotune.select.neighbours import ranked
 from autotune.space.configs import GpuLimits, default_config, infeasibility
 from autotune.space.encoding import distributions, trial_params
-from autotune.space.guesses import few_rows_guess, shape_guesses, small_k_guess, stream_twin
+from autotune.space.guesses import few_rows_guess, shape_guesses, small_c_guess, small_k_guess, stream_twin
 from autotune.space.problem import Problem
 from autotune.store.cache import Cache
 from autotune.store.records import closest_table, measured_tables, shipped_rows
@@ -147,9 +147,9 @@ def _alive(pid: int) -> bool:
 
 
 def warm_start(cache: Cache, start: WarmStart) -> list[Config]:
-    """The config lookup's rules give a product of a few rows or a short K in `layout`
-    (autotune.space.guesses.few_rows_guess, small_k_guess), the configs the shape rule picks for skinny and
-    few-tile shapes (autotune.space.guesses.shape_guesses), the
+    """The config lookup's rules give a product of a few rows, a short K in `layout` or a small C
+    (autotune.space.guesses.few_rows_guess, small_k_guess, small_c_guess), the configs the shape rule
+    picks for skinny and few-tile shapes (autotune.space.guesses.shape_guesses), the
     measured table's MEASURED_GUESSES best candidates for the shape (measured_guesses), the
     bests of the nearest tuned shapes, the first STREAM_TWINS of them also as stream-K twins
     (autotune.space.guesses.stream_twin) after the first (cached, then shipped; then shipped for other GPU models of
@@ -166,7 +166,7 @@ def warm_start(cache: Cache, start: WarmStart) -> list[Config]:
         tuned += nearest_rows(kin, shape, WARM_START_SHAPES)
     target = GpuLimits.of(limits, cc, sm_count)
     rules = [few_rows_guess(shape, dtype, target, layout=problem.layout),
-             small_k_guess(shape, dtype, target, problem.layout)]
+             small_k_guess(shape, dtype, target, problem.layout), small_c_guess(shape, dtype, target)]
     candidates = [config for config in rules if config is not None]
     candidates += shape_guesses(shape, dtype, target) if sm_count else []
     candidates += measured_guesses(start)
