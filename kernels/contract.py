@@ -46,8 +46,9 @@ and, where they apply (their defaults suit a family without them):
                   blocks would not give every SM two, or None
   skinny_tile     skinny_tile(dtype, cc, m, n) -> a tile it also tries first where an M x N C is
                   skinny, or None
-  small_tile      small_tile(dtype, cc) -> the tile lookup serves, K split by a rule, a product of a
-                  small C and little work that no row serves exactly, or None
+  small_tiles     small_tiles(dtype, cc) -> the tiles, in tiers of one area, from which a rule picks
+                  the one lookup serves a product of a small C and little work that no row serves
+                  exactly, or ()
   few_rows_config few_rows_config(product, sm_count, deterministic) -> its params for a Product
                   of fewer rows than the shape rules' smallest tile, or None; `summary` says how
                   its kernels compute, in lookup's reasons
@@ -200,9 +201,10 @@ class Family:
     #: skinny_tile(dtype, cc, m, n) -> a tile a cold tune also tries first where an M x N C is
     #: skinny (autotune.space.guesses.SKINNY rows or columns), or None
     skinny_tile: Callable[[str, str | None, int, int], dict | None] | None = None
-    #: small_tile(dtype, cc) -> the tile lookup serves a product of a small C and little work that
-    #: no row serves exactly, K split by the rule (autotune.space.guesses.small_c_guess), or None
-    small_tile: Callable[[str, str | None], dict | None] | None = None
+    #: small_tiles(dtype, cc) -> the tiles, in tiers of one area, from which a rule picks the one
+    #: lookup serves a product of a small C and little work that no row serves exactly
+    #: (autotune.space.guesses.small_c_guess), or ()
+    small_tiles: Callable[[str, str | None], tuple[tuple[dict, ...], ...]] | None = None
     #: few_rows_config(product, sm_count, deterministic) -> its params for a Product of fewer rows
     #: than the shape rules' smallest tile (none that add into C where `deterministic`), or None
     few_rows_config: Callable[[Product, int, bool], dict | None] | None = None

@@ -79,7 +79,7 @@ from .mma_space import (  # noqa: F401  the space dmma and tf32x3 declare
     restrict,
     shared_bytes,
     skinny_tile,
-    small_tile,
+    small_tiles,
     tensor_tile,
     tile_rows,
     threads_per_block,
@@ -390,4 +390,4 @@ _GATHERS = {
 FAMILY = Family(name="dmma", space=SPACE, default=DEFAULT, restrict=restrict, build=build, first_guess=0,
                 shared_bytes=shared_bytes,
                 instructions=instructions, footprint=footprint, schedules=Schedules(whole="dmma", split="dmma"),
-                first_tile=first_tile, few_tile=few_tile, skinny_tile=skinny_tile, small_tile=small_tile)
+                first_tile=first_tile, few_tile=few_tile, skinny_tile=skinny_tile, small_tiles=small_tiles)

@@ -75,12 +75,17 @@ FEW_BY_ARCH = {(9, 0): {"mma": "m16n8k8", "stores": "pairs"}}
 SKINNY_LONG, SKINNY_WARPS, SKINNY_SHORT = 128, 4, 16
 SKINNY_WARP_TILE = {"bm": 64, "bn": 32}
 
-#: the tile lookup serves a float64 product of a small C and little work that no row serves exactly
-#: (autotune.space.guesses.small_c_guess), K split for two waves: two warps of 16 x 16, which keep
-#: the most blocks in flight where C makes few (docs/performance.md, step 62); sm_90's 16 x 8 x 8
+#: the tiles lookup serves a float64 product of a small C and little work that no row serves exactly
+#: (autotune.space.guesses.small_c_guess), in tiers of one area each: the more of the first tier's tile C
+#: makes an SM, the larger the tier, and in a tier the tile that pads C least. Two warps of 16 x 16 keep
+#: the most blocks in flight where C makes few (docs/performance.md, step 62); where C makes many, larger
+#: tiles and C's pairs written as 16-byte stores drain it sooner (step 63). sm_90's 16 x 8 x 8
 #: instruction alone was measured
-SMALL_TILE = {"bm": 32, "bn": 16, "bk": 16, "warps_m": 2, "warps_n": 1, "stages": 3, "min_blocks": 1,
-              "stored": "memory", "stores": "elements"}
+SMALL_PIPELINE = {"bk": 16, "stages": 3, "min_blocks": 1, "stored": "memory", "stores": "pairs"}
+SMALL_TIERS = (({"bm": 32, "bn": 16, "warps_m": 2, "warps_n": 1},),
+               ({"bm": 32, "bn": 32, "warps_m": 2, "warps_n": 1}, {"bm": 16, "bn": 64, "warps_m": 1, "warps_n": 2},
+                {"bm": 64, "bn": 16, "warps_m": 2, "warps_n": 1}),
+               ({"bm": 64, "bn": 64, "warps_m": 2, "warps_n": 2},))
 
 SMALL_BY_ARCH = {(9, 0): {"mma": "m16n8k8"}}
 
@@ -228,9 +233,12 @@ def skinny_tile(dtype: str, cc: str | None, m: int, n: int) -> dict | None:
     return {**first, short_side: short, warps[short_side]: max(1, short // SKINNY_WARP_TILE[short_side]),
             long_side: SKINNY_LONG, warps[long_side]: SKINNY_WARPS}
 
-def small_tile(dtype: str, cc: str | None) -> dict | None:
-    """SMALL_TILE for float64 on GPUs from sm_90 on (tensor_tile)."""
-    return tensor_tile(SMALL_TILE, SMALL_BY_ARCH, cc) if dtype == DTYPE else None
+def small_tiles(dtype: str, cc: str | None) -> tuple[tuple[dict, ...], ...]:
+    """SMALL_TIERS for float64 on GPUs from sm_90 on (tensor_tile); none for others."""
+    if dtype != DTYPE or tensor_tile(SMALL_PIPELINE, SMALL_BY_ARCH, cc) is None:
+        return ()
+    return tuple(tuple(tensor_tile({**SMALL_PIPELINE, **tile}, SMALL_BY_ARCH, cc) for tile in tier)
+                 for tier in SMALL_TIERS)
 
 def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
     if dtype != DTYPE:

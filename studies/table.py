@@ -200,6 +200,15 @@ STEP62_HASHES = {"wgmma": "a083a2cb904e1bb5", "dmma": "c2a99e011a342f91", "tf32x
                  "streamk": "7aa4ad57fcc7934c", "shared": "63a08d9c42096786", "naive": "78b4fa5987d38256",
                  "gemv": "31c3357d82082f90"}
 
+#: every family's source hash after step 63 gave the families' contract small tiles in tiers
+#: (Family.small_tiles), dmma's: the same sm_90 PTX for every shipped record (studies/ptx_same.py)
+STEP63_HASHES = {"wgmma": "ec99d11908c72954", "dmma": "545593142d1aa8b0", "tf32x3": "35a78fb2ace70b4c",
+                 "vector": "b4b2d2d11d07b906", "splitk": "2239d6279e7bc903", "register": "cd2de505cf804aa9",
+                 "streamk": "68786abf67aca3f2", "shared": "1045b03661cd8580", "naive": "b66f90742fc4c0af",
+                 "gemv": "63af3d1c0cd9b0ba"}
+#: the step-63 tune's row the H200 keeps: the tune chose the shipped config again
+STEP63_KEPT = ["512x512x512@float64"]
+
 SHIPPED = {
     "measured/nvidia-h200.json.xz": [
         {"step": "table", "commit": "9494194",
@@ -271,6 +280,8 @@ SHIPPED = {
                  "was"},
         {"step": "relabel", "commit": "step 62 (issue 39)", "field": "wgmma_kernels", "hashes": STEP62_HASHES,
          "what": "step 62: the families' small tile, which leaves every kernel's PTX as it was"},
+        {"step": "relabel", "commit": "step 63 (issue 39)", "field": "wgmma_kernels", "hashes": STEP63_HASHES,
+         "what": "step 63: the families' small tiles in tiers, which leave every kernel's PTX as it was"},
     ],
     "records/nvidia-h200.json": [
         {"step": "promote", "commit": "9494194", "file": "h200/step25/retimed.json.xz",
@@ -403,6 +414,12 @@ SHIPPED = {
          "what": "step 61: the families' skinny tile and dmma's 16-wide tiles: the same sm_90 PTX for every row"},
         {"step": "relabel", "commit": "step 62 (issue 39)", "hashes": STEP62_HASHES,
          "what": "step 62: the families' small tile: the same sm_90 PTX for every row"},
+        {"step": "relabel", "commit": "step 63 (issue 39)", "hashes": STEP63_HASHES,
+         "what": "step 63: the families' small tiles in tiers: the same sm_90 PTX for every row"},
+        {"step": "promote", "commit": "step 63 (issue 39)", "file": "h200/step63/tune/tuned.json.xz",
+         "except": STEP63_KEPT,
+         "what": "step 63: 256x256x256 and 512x512x512 float64 tuned again with the small tiles among the first "
+                 "guesses (16 trials); 256x256x256's row promoted"},
     ],
     "records/nvidia-h100-80gb-hbm3.json": [
         {"step": "promote", "commit": "step 39 (issue 39)", "file": "h100/step39/tune/tuned.json.xz",
@@ -498,6 +515,8 @@ SHIPPED = {
          "what": "step 61: the families' skinny tile and dmma's 16-wide tiles: the same sm_90 PTX for every record"},
         {"step": "relabel", "commit": "step 62 (issue 39)", "hashes": STEP62_HASHES,
          "what": "step 62: the families' small tile: the same sm_90 PTX for every record"},
+        {"step": "relabel", "commit": "step 63 (issue 39)", "hashes": STEP63_HASHES,
+         "what": "step 63: the families' small tiles in tiers: the same sm_90 PTX for every record"},
     ],
 }
 

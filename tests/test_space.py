@@ -248,20 +248,45 @@ def test_float64_tries_a_tile_fitted_to_a_skinny_c_first():
 
 def test_a_small_float64_c_of_little_work_gets_dmmas_small_tile_split_for_two_waves():
     """A C of at most two 32x16 tiles an SM and at most 2**26 multiply-adds, both sides 16 or more: dmma's
-    small tile on sm_90, K split for two waves (35x41: 6 tiles, 64 splits of 4 steps and more), whole
+    first small tile on sm_90, K split for two waves (35x41: 6 tiles, 64 splits of 4 steps and more), whole
     where deterministic, and as far as dmma's splits go (64); not float32, not sm_80 (its instruction was not
-    measured), not fewer rows, a larger C or more work."""
+    measured), not fewer rows or more work."""
     hopper = on(DeviceLimits.for_cc("9.0"), 132, "9.0")
     guess = small_c_guess((41, 48, 68), "float64", hopper)
-    assert guess.family == "dmma" and guess.params == {**mma_space.SMALL_TILE, "mma": "m16n8k8", "splits": 1}
+    first = {**mma_space.SMALL_PIPELINE, **mma_space.SMALL_TIERS[0][0], "mma": "m16n8k8"}
+    assert guess.family == "dmma" and guess.params == {**first, "splits": 1}
     assert small_c_guess((35, 41, 4525), "float64", hopper).params["splits"] == 64
     assert small_c_guess((35, 41, 4525), "float64", hopper, deterministic=True).params["splits"] == 1
-    assert small_c_guess((2996, 29, 81), "float64", hopper) is not None  # 188 tiles
+    assert small_c_guess((2996, 29, 81), "float64", hopper).params == {**first, "splits": 1}  # 188 tiles
     assert small_c_guess((16, 16, 262144), "float64", hopper).params["splits"] == 64  # two waves would take 128
     for shape, dtype, gpu in (((41, 48, 68), "float32", hopper), ((41, 48, 68), "float64", on(DeviceLimits.for_cc(
-            "8.0"), 108, "8.0")), ((15, 48, 68), "float64", hopper), ((1000, 1000, 60), "float64", hopper),
-            ((64, 64, 20000), "float64", hopper), ((41, 48, 68), "float64", on(hopper, 0, "9.0"))):
+            "8.0"), 108, "8.0")), ((15, 48, 68), "float64", hopper), ((64, 64, 20000), "float64", hopper),
+            ((41, 48, 68), "float64", on(hopper, 0, "9.0"))):
         assert small_c_guess(shape, dtype, gpu) is None, (shape, dtype)
+
+
+def test_a_small_float64_c_of_more_tiles_gets_the_larger_small_tile_that_pads_it_least_whole():
+    """Past two 32x16 tiles an SM the second tier serves whole, its tile the one padding C least (32x32
+    first on a tie); past eight, 64x64 unless it pads C more than SMALL_C_PAD_SLACK over the second
+    tier's; every tile of the tiers runs on sm_90 whole and split."""
+    hopper = on(DeviceLimits.for_cc("9.0"), 132, "9.0")
+
+    def tile(shape):
+        params = small_c_guess(shape, "float64", hopper).params
+        return params["bm"], params["bn"], params["splits"], params["stores"]
+
+    assert tile((34, 2221, 91)) == (16, 64, 1, "pairs")  # 278 32x16 tiles; 48 rows against 64
+    assert tile((4991, 40, 79)) == (64, 16, 1, "pairs")
+    assert tile((400, 400, 400)) == (32, 32, 1, "pairs")
+    assert tile((52, 2259, 19)) == (32, 32, 1, "pairs")  # 64 x 16 pads as much
+    assert tile((1000, 1000, 60)) == (64, 64, 1, "pairs")  # 2016 32x16 tiles; 64x64 pads C 1.6% more
+    assert tile((272, 6569, 21)) == (16, 64, 1, "pairs")  # 64x64 would pad C 18% more
+    for tier in mma_space.small_tiles("float64", "9.0"):
+        assert len({t["bm"] * t["bn"] for t in tier}) == 1
+        for t in tier:
+            for splits in (1, 64):
+                assert infeasibility("dmma", {**t, "splits": splits}, "float64", hopper) is None
+    assert mma_space.small_tiles("float32", "9.0") == () and mma_space.small_tiles("float64", "8.0") == ()
 
 
 def test_float32_takes_three_tf32_products_on_data_center_gpus_from_sm80_on():

@@ -247,32 +247,53 @@ def small_k_guess(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits, layou
     return next((config for config in configs if infeasibility(config.family, config.params, dtype, gpu) is None), None)
 
 
-#: a product of a small C and little work, which a family's small tile serves (Family.small_tile;
-#: steps 61 and 62, studies/h200/step62/): C makes at most SMALL_C_TILES_PER_SM tiles of it an SM,
-#: at most SMALL_C_WORK multiply-adds (the largest product measured), and both sides at least
-#: MIN_FIT_SIDE (fewer rows are the few-rows rule's)
-SMALL_C_TILES_PER_SM, SMALL_C_WORK = 2, 1 << 26
+#: a product of a small C and little work, which a family's small tiles serve (Family.small_tiles;
+#: steps 61 to 63, studies/h200/step62/ and step63/): at most SMALL_C_WORK multiply-adds (the largest
+#: product measured) and both sides at least MIN_FIT_SIDE (fewer rows are the few-rows rule's). Where C
+#: makes more than SMALL_C_TIERS[i] of the first tier's tile an SM, tier i + 1's tile serves, if it pads
+#: C by at most SMALL_C_PAD_SLACK more than the tier below's; only the first tier's splits K
+SMALL_C_TIERS, SMALL_C_PAD_SLACK, SMALL_C_WORK = (2, 8), 1.05, 1 << 26
 
 
 def small_c_guess(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits,
                   deterministic: bool = False) -> Config | None:
-    """The first family's small tile for a product of a small C and little work (SMALL_C_WORK), K split
-    for SPLIT_WAVES waves, as far as its space's splits go (not split where `deterministic`); None for
-    other products, an unknown SM count, or where it cannot run."""
+    """The first family's small tile for a product of a small C and little work (SMALL_C_WORK): its
+    tier by how many of the first tier's tile C makes an SM (SMALL_C_TIERS), in the tier the tile that
+    pads C least (the first on a tie); the first tier's K split for SPLIT_WAVES waves, as far as its
+    space's splits go (not split where `deterministic`). None for other products, an unknown SM
+    count, or where it cannot run."""
     m, n, k = shape
     sm_count = gpu.sm_count
     if not sm_count or min(m, n) < MIN_FIT_SIDE or m * n * k > SMALL_C_WORK:
         return None
     for entry in kernels.FAMILIES.values():
-        tile = entry.small_tile(dtype, gpu.cc or None) if entry.small_tile else None
-        if tile is None or _tiles(m, n, tile) > SMALL_C_TILES_PER_SM * sm_count:
+        tiers = entry.small_tiles(dtype, gpu.cc or None) if entry.small_tiles else ()
+        if not tiers:
             continue
+        tile = _small_tile(m, n, tiers, sm_count)
         most = max(entry.space.get("splits", [1]))
-        splits = 1 if deterministic else min(wave_splits(shape, tile, sm_count), most)
+        splits = 1 if deterministic or tile not in tiers[0] else min(wave_splits(shape, tile, sm_count), most)
         config = Config.of(*entry.schedules.config(tile, splits)) if entry.schedules else Config.of(entry.name, tile)
         if infeasibility(config.family, config.params, dtype, gpu) is None:
             return config
     return None
+
+
+def _small_tile(m: int, n: int, tiers: tuple[tuple[dict, ...], ...], sm_count: int) -> dict:
+    """The tile of `tiers` small_c_guess takes for an M x N C."""
+    per_sm = _tiles(m, n, tiers[0][0]) / sm_count
+    chosen = tiers[0][0]
+    for bound, tier in zip(SMALL_C_TIERS, tiers[1:]):
+        if per_sm <= bound:
+            break
+        tile = min(tier, key=lambda t: _padded(m, n, t))
+        if _padded(m, n, tile) <= SMALL_C_PAD_SLACK * _padded(m, n, chosen) or chosen in tiers[0]:
+            chosen = tile
+    return chosen
+
+
+def _padded(m: int, n: int, tile: dict) -> int:
+    return _tiles(m, n, tile) * tile["bm"] * tile["bn"]
 
 
 def _tiles(m: int, n: int, tile: dict) -> int:
