@@ -5,7 +5,7 @@ import pytest
 
 import kernels
 from autotune.space.guesses import (
-    FEW_ROWS_TILE, SHORT_K, SHORT_K_TILE, SMALL_K, SMALL_K_COPIED_TILE, SMALL_K_TILE, STREAM_WORKERS, few_rows_guess, small_c_guess, small_k_guess, fit_tile, policy_splits, shape_guesses, stream_twin,
+    FEW_ROWS_TILE, SHORT_K, SHORT_K_TILE, SMALL_C_TIER_BOUNDS, SMALL_K, SMALL_K_COPIED_TILE, SMALL_K_TILE, STREAM_WORKERS, few_rows_guess, small_c_guess, small_k_guess, fit_tile, policy_splits, shape_guesses, stream_twin,
 )
 from kernels.dmma import FIRST_TILE as DMMA_TILE
 from kernels.gemv import FEW_ROWS_TILES as GEMV_TILES
@@ -267,8 +267,8 @@ def test_a_small_float64_c_of_little_work_gets_dmmas_small_tile_split_for_two_wa
 
 def test_a_small_float64_c_of_more_tiles_gets_the_larger_small_tile_that_pads_it_least_whole():
     """Past two 32x16 tiles an SM the second tier serves whole, its tile the one padding C least (32x32
-    first on a tie); past eight, 64x64 unless it pads C more than SMALL_C_PAD_SLACK over the second
-    tier's; every tile of the tiers runs on sm_90 whole and split."""
+    first on a tie), however much more than 32x16 it pads; past eight, 64x64 unless it pads C more than
+    SMALL_C_PAD_SLACK over the second tier's; every tile of the tiers runs on sm_90 whole and split."""
     hopper = on(DeviceLimits.for_cc("9.0"), 132, "9.0")
 
     def tile(shape):
@@ -281,6 +281,9 @@ def test_a_small_float64_c_of_more_tiles_gets_the_larger_small_tile_that_pads_it
     assert tile((52, 2259, 19)) == (32, 32, 1, "pairs")  # 64 x 16 pads as much
     assert tile((1000, 1000, 60)) == (64, 64, 1, "pairs")  # 2016 32x16 tiles; 64x64 pads C 1.6% more
     assert tile((272, 6569, 21)) == (16, 64, 1, "pairs")  # 64x64 would pad C 18% more
+    assert tile((608, 304, 64)) == (32, 32, 1, "pairs")  # the second tier whatever it pads
+    assert tile((384, 352, 64)) == (32, 16, 1, "pairs")  # 264 tiles: two an SM, two waves whole
+    assert len(mma_space.SMALL_TIERS) == len(SMALL_C_TIER_BOUNDS) + 1
     for tier in mma_space.small_tiles("float64", "9.0"):
         assert len({t["bm"] * t["bn"] for t in tier}) == 1
         for t in tier:

@@ -248,20 +248,21 @@ def small_k_guess(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits, layou
 
 
 #: a product of a small C and little work, which a family's small tiles serve (Family.small_tiles;
-#: steps 61 to 63, studies/h200/step62/ and step63/): at most SMALL_C_WORK multiply-adds (the largest
-#: product measured) and both sides at least MIN_FIT_SIDE (fewer rows are the few-rows rule's). Where C
-#: makes more than SMALL_C_TIERS[i] of the first tier's tile an SM, tier i + 1's tile serves, if it pads
-#: C by at most SMALL_C_PAD_SLACK more than the tier below's; only the first tier's splits K
-SMALL_C_TIERS, SMALL_C_PAD_SLACK, SMALL_C_WORK = (2, 8), 1.05, 1 << 26
+#: steps 61 to 63, studies/h200/step62/ and step63/): at most SMALL_C_WORK multiply-adds (past it a
+#: long K wants K split on larger tiles, step 63) and both sides at least MIN_FIT_SIDE (fewer rows are
+#: the few-rows rule's). Where C makes more than SMALL_C_TIER_BOUNDS[i] of the first tier's tile an SM,
+#: tier i + 1's tile serves; a third tier's only where it pads C by at most SMALL_C_PAD_SLACK more than
+#: the second's. Only the first tier's splits K
+SMALL_C_TIER_BOUNDS, SMALL_C_PAD_SLACK, SMALL_C_WORK = (2, 8), 1.05, 1 << 26
 
 
 def small_c_guess(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits,
                   deterministic: bool = False) -> Config | None:
     """The first family's small tile for a product of a small C and little work (SMALL_C_WORK): its
-    tier by how many of the first tier's tile C makes an SM (SMALL_C_TIERS), in the tier the tile that
-    pads C least (the first on a tie); the first tier's K split for SPLIT_WAVES waves, as far as its
-    space's splits go (not split where `deterministic`). None for other products, an unknown SM
-    count, or where it cannot run."""
+    tier by how many of the first tier's tile C makes an SM (SMALL_C_TIER_BOUNDS), in the tier the tile
+    that pads C least (the first on a tie), a third tier's only within SMALL_C_PAD_SLACK of the second's
+    padding; the first tier's K split for SPLIT_WAVES waves, as far as its space's splits go (not split
+    where `deterministic`). None for other products, an unknown SM count, or where it cannot run."""
     m, n, k = shape
     sm_count = gpu.sm_count
     if not sm_count or min(m, n) < MIN_FIT_SIDE or m * n * k > SMALL_C_WORK:
@@ -283,16 +284,16 @@ def _small_tile(m: int, n: int, tiers: tuple[tuple[dict, ...], ...], sm_count: i
     """The tile of `tiers` small_c_guess takes for an M x N C."""
     per_sm = _tiles(m, n, tiers[0][0]) / sm_count
     chosen = tiers[0][0]
-    for bound, tier in zip(SMALL_C_TIERS, tiers[1:]):
+    for bound, tier in zip(SMALL_C_TIER_BOUNDS, tiers[1:]):
         if per_sm <= bound:
             break
-        tile = min(tier, key=lambda t: _padded(m, n, t))
-        if _padded(m, n, tile) <= SMALL_C_PAD_SLACK * _padded(m, n, chosen) or chosen in tiers[0]:
+        tile = min(tier, key=lambda t: _padded_area(m, n, t))
+        if chosen in tiers[0] or _padded_area(m, n, tile) <= SMALL_C_PAD_SLACK * _padded_area(m, n, chosen):
             chosen = tile
     return chosen
 
 
-def _padded(m: int, n: int, tile: dict) -> int:
+def _padded_area(m: int, n: int, tile: dict) -> int:
     return _tiles(m, n, tile) * tile["bm"] * tile["bn"]
 
 

@@ -181,8 +181,8 @@ def nearest_rows(rows: list[Row], shape: tuple[int, int, int], count: int = 1) -
 #: changing a kernel, so rows measured before are as current as rows measured after, and tf32x3's
 #: when dmma's float64 came to read one element a load (step 59), and dmma's and tf32x3's when a lane
 #: could write C's pairs as one store, off by default (step 60), and every family's when the contract
-#: gained a skinny tile and dmma's and tf32x3's space 16-wide tiles (step 61), and a small tile
-#: (step 62). dmma's rows from before step 59 are
+#: gained a skinny tile and dmma's and tf32x3's space 16-wide tiles (step 61), a small tile
+#: (step 62) and small tiles in tiers (step 63). dmma's rows from before step 59 are
 #: stale: its float64 tiles stored "k" or "memory" are read otherwise (its "mn" rows, whose PTX is the
 #: same, were relabelled in the shipped records), and tf32x3's from before step 58. Step 48
 #: changed one kind of build: wgmma's with two producers for rows that are not 16-byte aligned,
