@@ -49,6 +49,8 @@ and, where they apply (their defaults suit a family without them):
   small_tiles     small_tiles(dtype, cc) -> the tiles, in tiers of one area, from which a rule picks
                   the one lookup serves a product of a small C and little work that no row serves
                   exactly, or ()
+  long_k_tile     long_k_tile(dtype, cc, m, n) -> the tile lookup serves, K split by a rule, a skinny
+                  M x N C of few tiles over a long K, or None
   few_rows_config few_rows_config(product, sm_count, deterministic) -> its params for a Product
                   of fewer rows than the shape rules' smallest tile, or None; `summary` says how
                   its kernels compute, in lookup's reasons
@@ -205,6 +207,9 @@ class Family:
     #: lookup serves a product of a small C and little work that no row serves exactly
     #: (autotune.space.guesses.small_c_guess), or ()
     small_tiles: Callable[[str, str | None], tuple[tuple[dict, ...], ...]] | None = None
+    #: long_k_tile(dtype, cc, m, n) -> the tile lookup serves a skinny M x N C of few tiles over a long
+    #: K that no row serves exactly, K split by the rule (autotune.space.guesses.small_c_guess), or None
+    long_k_tile: Callable[[str, str | None, int, int], dict | None] | None = None
     #: few_rows_config(product, sm_count, deterministic) -> its params for a Product of fewer rows
     #: than the shape rules' smallest tile (none that add into C where `deterministic`), or None
     few_rows_config: Callable[[Product, int, bool], dict | None] | None = None

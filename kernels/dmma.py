@@ -74,6 +74,7 @@ from .mma_space import (  # noqa: F401  the space dmma and tf32x3 declare
     instructions,
     k_major_operands,
     lane_k,
+    long_k_tile,
     paired,
     pad,
     restrict,
@@ -390,4 +391,5 @@ _GATHERS = {
 FAMILY = Family(name="dmma", space=SPACE, default=DEFAULT, restrict=restrict, build=build, first_guess=0,
                 shared_bytes=shared_bytes,
                 instructions=instructions, footprint=footprint, schedules=Schedules(whole="dmma", split="dmma"),
-                first_tile=first_tile, few_tile=few_tile, skinny_tile=skinny_tile, small_tiles=small_tiles)
+                first_tile=first_tile, few_tile=few_tile, skinny_tile=skinny_tile, small_tiles=small_tiles,
+                long_k_tile=long_k_tile)

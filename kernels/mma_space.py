@@ -89,6 +89,11 @@ SMALL_TIERS = (({"bm": 32, "bn": 16, "warps_m": 2, "warps_n": 1},),
 
 SMALL_BY_ARCH = {(9, 0): {"mma": "m16n8k8"}}
 
+#: the tile lookup serves a skinny float64 C of few tiles over a long K (autotune.space.guesses.small_c_guess),
+#: K split for two waves, on SMALL_PIPELINE: two warps of 32 x 32, the tile's long side along C's
+#: (docs/performance.md, step 64)
+LONG_K_TILE = {"bm": 64, "bn": 32, "warps_m": 2, "warps_n": 1}
+
 def pad(dtype: str) -> int:
     return PAD_BYTES // itemsize(dtype)
 
@@ -239,6 +244,12 @@ def small_tiles(dtype: str, cc: str | None) -> tuple[tuple[dict, ...], ...]:
         return ()
     return tuple(tuple(tensor_tile({**SMALL_PIPELINE, **tile}, SMALL_BY_ARCH, cc) for tile in tier)
                  for tier in SMALL_TIERS)
+
+def long_k_tile(dtype: str, cc: str | None, m: int, n: int) -> dict | None:
+    """LONG_K_TILE, its long side along an M x N C's, for float64 from sm_90 on (tensor_tile)."""
+    along = LONG_K_TILE if m >= n else {"bm": LONG_K_TILE["bn"], "bn": LONG_K_TILE["bm"],
+                                        "warps_m": LONG_K_TILE["warps_n"], "warps_n": LONG_K_TILE["warps_m"]}
+    return tensor_tile({**SMALL_PIPELINE, **along}, SMALL_BY_ARCH, cc) if dtype == DTYPE else None
 
 def restrict(config: dict, dtype: str, limits: DeviceLimits) -> str | None:
     if dtype != DTYPE:

@@ -206,6 +206,12 @@ STEP63_HASHES = {"wgmma": "ec99d11908c72954", "dmma": "545593142d1aa8b0", "tf32x
                  "vector": "b4b2d2d11d07b906", "splitk": "2239d6279e7bc903", "register": "cd2de505cf804aa9",
                  "streamk": "68786abf67aca3f2", "shared": "1045b03661cd8580", "naive": "b66f90742fc4c0af",
                  "gemv": "63af3d1c0cd9b0ba"}
+#: every family's source hash after step 64 gave the families' contract a long-K tile (Family.long_k_tile),
+#: dmma's: the same sm_90 PTX for every shipped record (studies/ptx_same.py)
+STEP64_HASHES = {"wgmma": "abd5fc6489aef83c", "dmma": "d503bdfe1ed4d626", "tf32x3": "54138ac45e38c6eb",
+                 "vector": "3a9dae586457a3bb", "splitk": "a9080eb56c388047", "register": "94ec1a90b9f9bf62",
+                 "streamk": "e61315e953adbe82", "shared": "4a85093d5177ae0e", "naive": "45df995a2013ab62",
+                 "gemv": "332842da1932e91a"}
 #: the step-63 tune's row the H200 keeps: the tune chose the shipped config again
 STEP63_KEPT = ["512x512x512@float64"]
 
@@ -282,6 +288,8 @@ SHIPPED = {
          "what": "step 62: the families' small tile, which leaves every kernel's PTX as it was"},
         {"step": "relabel", "commit": "step 63 (issue 39)", "field": "wgmma_kernels", "hashes": STEP63_HASHES,
          "what": "step 63: the families' small tiles in tiers, which leave every kernel's PTX as it was"},
+        {"step": "relabel", "commit": "step 64 (issue 39)", "field": "wgmma_kernels", "hashes": STEP64_HASHES,
+         "what": "step 64: the families' long-K tile, which leaves every kernel's PTX as it was"},
     ],
     "records/nvidia-h200.json": [
         {"step": "promote", "commit": "9494194", "file": "h200/step25/retimed.json.xz",
@@ -420,6 +428,8 @@ SHIPPED = {
          "except": STEP63_KEPT,
          "what": "step 63: 256x256x256 and 512x512x512 float64 tuned again with the small tiles among the first "
                  "guesses (16 trials); 256x256x256's row promoted"},
+        {"step": "relabel", "commit": "step 64 (issue 39)", "hashes": STEP64_HASHES,
+         "what": "step 64: the families' long-K tile: the same sm_90 PTX for every row"},
     ],
     "records/nvidia-h100-80gb-hbm3.json": [
         {"step": "promote", "commit": "step 39 (issue 39)", "file": "h100/step39/tune/tuned.json.xz",
@@ -517,6 +527,8 @@ SHIPPED = {
          "what": "step 62: the families' small tile: the same sm_90 PTX for every record"},
         {"step": "relabel", "commit": "step 63 (issue 39)", "hashes": STEP63_HASHES,
          "what": "step 63: the families' small tiles in tiers: the same sm_90 PTX for every record"},
+        {"step": "relabel", "commit": "step 64 (issue 39)", "hashes": STEP64_HASHES,
+         "what": "step 64: the families' long-K tile: the same sm_90 PTX for every record"},
     ],
 }
 

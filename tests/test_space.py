@@ -260,7 +260,7 @@ def test_a_small_float64_c_of_little_work_gets_dmmas_small_tile_split_for_two_wa
     assert small_c_guess((2996, 29, 81), "float64", hopper).params == {**first, "splits": 1}  # 188 tiles
     assert small_c_guess((16, 16, 262144), "float64", hopper).params["splits"] == 64  # two waves would take 128
     for shape, dtype, gpu in (((41, 48, 68), "float32", hopper), ((41, 48, 68), "float64", on(DeviceLimits.for_cc(
-            "8.0"), 108, "8.0")), ((15, 48, 68), "float64", hopper), ((64, 64, 20000), "float64", hopper),
+            "8.0"), 108, "8.0")), ((15, 48, 68), "float64", hopper), ((200, 200, 3000), "float64", hopper),
             ((41, 48, 68), "float64", on(hopper, 0, "9.0"))):
         assert small_c_guess(shape, dtype, gpu) is None, (shape, dtype)
 
@@ -290,6 +290,23 @@ def test_a_small_float64_c_of_more_tiles_gets_the_larger_small_tile_that_pads_it
             for splits in (1, 64):
                 assert infeasibility("dmma", {**t, "splits": splits}, "float64", hopper) is None
     assert mma_space.small_tiles("float32", "9.0") == () and mma_space.small_tiles("float64", "8.0") == ()
+
+
+def test_a_skinny_float64_c_of_few_tiles_over_a_long_k_gets_the_long_k_tile_split_for_two_waves():
+    """Past 2**26 multiply-adds and up to 2**30, a C of at most two 32x16 tiles an SM whose short side is
+    at most 96: dmma's 64x32 tile along a tall C, 32x64 along a wide one, K split for two waves; not where
+    deterministic, nor for a longer short side, more tiles, more work or float32."""
+    hopper = on(DeviceLimits.for_cc("9.0"), 132, "9.0")
+    tall = small_c_guess((3036, 30, 4386), "float64", hopper).params
+    assert tall == {**mma_space.SMALL_PIPELINE, **mma_space.LONG_K_TILE, "mma": "m16n8k8", "splits": 8}
+    wide = small_c_guess((20, 2276, 3933), "float64", hopper).params
+    assert (wide["bm"], wide["bn"], wide["warps_m"], wide["warps_n"], wide["splits"]) == (32, 64, 1, 2, 8)
+    assert small_c_guess((96, 96, 32768), "float64", hopper).params["splits"] == 64
+    for shape, dtype, deterministic in (((3036, 30, 4386), "float64", True), ((128, 1024, 2048), "float64", False),
+                                        ((16, 8192, 8192), "float64", False), ((64, 1024, 20000), "float64", False),
+                                        ((3036, 30, 4386), "float32", False)):
+        assert small_c_guess(shape, dtype, hopper, deterministic) is None, shape
+    assert mma_space.long_k_tile("float64", "8.0", 3036, 30) is None
 
 
 def test_float32_takes_three_tf32_products_on_data_center_gpus_from_sm80_on():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import kernels
 from autotune.space.configs import GpuLimits, infeasibility
-from kernels.contract import Config, DeviceLimits, Product
+from kernels.contract import Config, DeviceLimits, Family, Product
 from kernels.rules import unaligned_for
 
 #: how the rule's tiles (and the measured tables', autotune.select.neighbours) are computed whole,
@@ -255,29 +255,51 @@ def small_k_guess(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits, layou
 #: the second's. Only the first tier's splits K
 SMALL_C_TIER_BOUNDS, SMALL_C_PAD_SLACK, SMALL_C_WORK = (2, 8), 1.05, 1 << 26
 
+#: a skinny C over a long K (step 64, studies/h200/step64/): more than SMALL_C_WORK and at most
+#: LONG_K_WORK multiply-adds (the most measured), C's short side at most LONG_K_SHORT_SIDE and at
+#: most SMALL_C_TIER_BOUNDS[0] of the first tier's tile an SM: the family's long-K tile
+#: (Family.long_k_tile) with K split for two waves; never where deterministic (whole, each block
+#: would run all of K)
+LONG_K_SHORT_SIDE, LONG_K_WORK = 96, 1 << 30
+
 
 def small_c_guess(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits,
                   deterministic: bool = False) -> Config | None:
-    """The first family's small tile for a product of a small C and little work (SMALL_C_WORK): its
-    tier by how many of the first tier's tile C makes an SM (SMALL_C_TIER_BOUNDS), in the tier the tile
-    that pads C least (the first on a tie), a third tier's only within SMALL_C_PAD_SLACK of the second's
-    padding; the first tier's K split for SPLIT_WAVES waves, as far as its space's splits go (not split
-    where `deterministic`). None for other products, an unknown SM count, or where it cannot run."""
+    """The first family's tile for a small C (_small_c_tile), K split for SPLIT_WAVES waves where its
+    rule splits, as far as its space's splits go (not split where `deterministic`). None for other
+    products, an unknown SM count, or where it cannot run."""
     m, n, k = shape
-    sm_count = gpu.sm_count
-    if not sm_count or min(m, n) < MIN_FIT_SIDE or m * n * k > SMALL_C_WORK:
+    if not gpu.sm_count or min(m, n) < MIN_FIT_SIDE:
         return None
     for entry in kernels.FAMILIES.values():
-        tiers = entry.small_tiles(dtype, gpu.cc or None) if entry.small_tiles else ()
-        if not tiers:
+        chosen = _small_c_tile(entry, shape, dtype, gpu, deterministic)
+        if chosen is None:
             continue
-        tile = _small_tile(m, n, tiers, sm_count)
+        tile, split = chosen
         most = max(entry.space.get("splits", [1]))
-        splits = 1 if deterministic or tile not in tiers[0] else min(wave_splits(shape, tile, sm_count), most)
+        splits = min(wave_splits(shape, tile, gpu.sm_count), most) if split and not deterministic else 1
         config = Config.of(*entry.schedules.config(tile, splits)) if entry.schedules else Config.of(entry.name, tile)
         if infeasibility(config.family, config.params, dtype, gpu) is None:
             return config
     return None
+
+
+def _small_c_tile(entry: Family, shape: tuple[int, int, int], dtype: str, gpu: GpuLimits,
+                  deterministic: bool) -> tuple[dict, bool] | None:
+    """A family's tile for a small C and whether its rule splits K: of its small tiles in tiers for
+    little work (SMALL_C_WORK), its long-K tile for a skinny C of few tiles over a long K (LONG_K_WORK)."""
+    m, n, k = shape
+    tiers = entry.small_tiles(dtype, gpu.cc or None) if entry.small_tiles else ()
+    if not tiers:
+        return None
+    if m * n * k <= SMALL_C_WORK:
+        tile = _small_tile(m, n, tiers, gpu.sm_count)
+        return tile, tile in tiers[0]
+    few = _tiles(m, n, tiers[0][0]) <= SMALL_C_TIER_BOUNDS[0] * gpu.sm_count
+    if deterministic or not (entry.long_k_tile and few and min(m, n) <= LONG_K_SHORT_SIDE and m * n * k <= LONG_K_WORK):
+        return None
+    tile = entry.long_k_tile(dtype, gpu.cc or None, m, n)
+    return (tile, True) if tile else None
 
 
 def _small_tile(m: int, n: int, tiers: tuple[tuple[dict, ...], ...], sm_count: int) -> dict:
