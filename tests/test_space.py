@@ -260,7 +260,7 @@ def test_a_small_float64_c_of_little_work_gets_dmmas_small_tile_split_for_two_wa
     assert small_c_guess((2996, 29, 81), "float64", hopper).params == {**first, "splits": 1}  # 188 tiles
     assert small_c_guess((16, 16, 262144), "float64", hopper).params["splits"] == 64  # two waves would take 128
     for shape, dtype, gpu in (((41, 48, 68), "float32", hopper), ((41, 48, 68), "float64", on(DeviceLimits.for_cc(
-            "8.0"), 108, "8.0")), ((15, 48, 68), "float64", hopper), ((200, 200, 3000), "float64", hopper),
+            "8.0"), 108, "8.0")), ((15, 48, 68), "float64", hopper), ((64, 256, 65537), "float64", hopper),
             ((41, 48, 68), "float64", on(hopper, 0, "9.0"))):
         assert small_c_guess(shape, dtype, gpu) is None, (shape, dtype)
 
@@ -294,19 +294,32 @@ def test_a_small_float64_c_of_more_tiles_gets_the_larger_small_tile_that_pads_it
 
 def test_a_skinny_float64_c_of_few_tiles_over_a_long_k_gets_the_long_k_tile_split_for_two_waves():
     """Past 2**26 multiply-adds and up to 2**30, a C of at most two 32x16 tiles an SM whose short side is
-    at most 96: dmma's 64x32 tile along a tall C, 32x64 along a wide one, K split for two waves; not where
-    deterministic, nor for a longer short side, more tiles, more work or float32."""
+    at most 96 and whose long side spans the tile: dmma's 64x32 tile along a tall (or square) C, 32x64 along
+    a wide one, K split for two waves; not where deterministic, nor for a longer short side, more tiles,
+    more work, a C within the tile's long side, or float32."""
     hopper = on(DeviceLimits.for_cc("9.0"), 132, "9.0")
     tall = small_c_guess((3036, 30, 4386), "float64", hopper).params
     assert tall == {**mma_space.SMALL_PIPELINE, **mma_space.LONG_K_TILE, "mma": "m16n8k8", "splits": 8}
     wide = small_c_guess((20, 2276, 3933), "float64", hopper).params
     assert (wide["bm"], wide["bn"], wide["warps_m"], wide["warps_n"], wide["splits"]) == (32, 64, 1, 2, 8)
-    assert small_c_guess((96, 96, 32768), "float64", hopper).params["splits"] == 64
-    for shape, dtype, deterministic in (((3036, 30, 4386), "float64", True), ((128, 1024, 2048), "float64", False),
-                                        ((16, 8192, 8192), "float64", False), ((64, 1024, 20000), "float64", False),
-                                        ((3036, 30, 4386), "float32", False)):
+    square = small_c_guess((96, 96, 32768), "float64", hopper).params
+    assert (square["bm"], square["bn"], square["warps_m"], square["splits"]) == (64, 32, 2, 64)  # capped at 64
+    for shape in ((64, 256, 1 << 16), (96, 1400, 1000), (32, 4224, 1000)):  # 2**30; a short side of 96; 264 tiles
+        assert small_c_guess(shape, "float64", hopper).params["bn"] == 64, shape
+    for shape, dtype, deterministic in (((3036, 30, 4386), "float64", True), ((97, 200, 20000), "float64", False),
+                                        ((32, 4225, 1000), "float64", False), ((64, 256, 65537), "float64", False),
+                                        ((16, 16, 262145), "float64", False), ((3036, 30, 4386), "float32", False)):
         assert small_c_guess(shape, dtype, hopper, deterministic) is None, shape
     assert mma_space.long_k_tile("float64", "8.0", 3036, 30) is None
+
+
+def test_a_family_with_small_tiles_but_no_long_k_tile_serves_no_long_k(monkeypatch):
+    import dataclasses
+
+    hopper = on(DeviceLimits.for_cc("9.0"), 132, "9.0")
+    monkeypatch.setitem(kernels.FAMILIES, "dmma", dataclasses.replace(kernels.FAMILIES["dmma"], long_k_tile=None))
+    assert small_c_guess((3036, 30, 4386), "float64", hopper) is None
+    assert small_c_guess((41, 48, 68), "float64", hopper) is not None
 
 
 def test_float32_takes_three_tf32_products_on_data_center_gpus_from_sm80_on():

@@ -249,16 +249,17 @@ def small_k_guess(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits, layou
 
 #: a product of a small C and little work, which a family's small tiles serve (Family.small_tiles;
 #: steps 61 to 63, studies/h200/step62/ and step63/): at most SMALL_C_WORK multiply-adds (past it a
-#: long K wants K split on larger tiles, step 63) and both sides at least MIN_FIT_SIDE (fewer rows are
-#: the few-rows rule's). Where C makes more than SMALL_C_TIER_BOUNDS[i] of the first tier's tile an SM,
+#: long K wants K split on larger tiles: LONG_K_WORK) and both sides at least MIN_FIT_SIDE (fewer rows
+#: are the few-rows rule's). Where C makes more than SMALL_C_TIER_BOUNDS[i] of the first tier's tile an SM,
 #: tier i + 1's tile serves; a third tier's only where it pads C by at most SMALL_C_PAD_SLACK more than
 #: the second's. Only the first tier's splits K
 SMALL_C_TIER_BOUNDS, SMALL_C_PAD_SLACK, SMALL_C_WORK = (2, 8), 1.05, 1 << 26
 
 #: a skinny C over a long K (step 64, studies/h200/step64/): more than SMALL_C_WORK and at most
-#: LONG_K_WORK multiply-adds (the most measured), C's short side at most LONG_K_SHORT_SIDE and at
-#: most SMALL_C_TIER_BOUNDS[0] of the first tier's tile an SM: the family's long-K tile
-#: (Family.long_k_tile) with K split for two waves; never where deterministic (whole, each block
+#: LONG_K_WORK multiply-adds (the most measured), C's short side at most LONG_K_SHORT_SIDE, its long
+#: side at least the tile's (no smaller C was measured) and at most SMALL_C_TIER_BOUNDS[0] of the first
+#: small tier's tile an SM (so a family with a long-K tile has small tiles too): the family's long-K
+#: tile (Family.long_k_tile) with K split for two waves; never where deterministic (whole, each block
 #: would run all of K)
 LONG_K_SHORT_SIDE, LONG_K_WORK = 96, 1 << 30
 
@@ -266,8 +267,8 @@ LONG_K_SHORT_SIDE, LONG_K_WORK = 96, 1 << 30
 def small_c_guess(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits,
                   deterministic: bool = False) -> Config | None:
     """The first family's tile for a small C (_small_c_tile), K split for SPLIT_WAVES waves where its
-    rule splits, as far as its space's splits go (not split where `deterministic`). None for other
-    products, an unknown SM count, or where it cannot run."""
+    rule splits, as far as its space's splits go (not split where `deterministic`, and no long-K tile
+    then). None for other products, an unknown SM count, or where it cannot run."""
     m, n, k = shape
     if not gpu.sm_count or min(m, n) < MIN_FIT_SIDE:
         return None
@@ -299,7 +300,7 @@ def _small_c_tile(entry: Family, shape: tuple[int, int, int], dtype: str, gpu: G
     if deterministic or not (entry.long_k_tile and few and min(m, n) <= LONG_K_SHORT_SIDE and m * n * k <= LONG_K_WORK):
         return None
     tile = entry.long_k_tile(dtype, gpu.cc or None, m, n)
-    return (tile, True) if tile else None
+    return (tile, True) if tile and max(m, n) >= max(tile["bm"], tile["bn"]) else None
 
 
 def _small_tile(m: int, n: int, tiers: tuple[tuple[dict, ...], ...], sm_count: int) -> dict:
