@@ -198,8 +198,8 @@ def test_untuned_products_of_a_few_rows_or_a_short_k_are_served_by_rule():
 
 def test_a_small_float64_product_nobody_tuned_gets_dmmas_small_tile():
     """After the few-rows and short-K rules: a small C of little work in float64 (steps 62 and 63), the
-    tile larger where C makes more, and a skinny C of few tiles over a long K (step 64); an exact row
-    still comes first, and float32 keeps its own rules."""
+    tile larger where C makes more, a skinny C of few tiles over a long K (step 64) and a C of more tiles
+    over a short K (step 65); an exact row still comes first, and float32 keeps its own rules."""
     small = autotune.lookup(41, 48, 68, "float64")
     assert (small.source, small.family, small.config["bm"], small.config["bn"]) == ("small-c", "dmma", 32, 16)
     assert small.basis == "a 41x48 C of 133,824 multiply-adds: dmma's 32x16 tile, K split 1 ways"
@@ -209,7 +209,9 @@ def test_a_small_float64_product_nobody_tuned_gets_dmmas_small_tile():
     assert autotune.lookup(41, 48, 68).source != "small-c"
     larger = autotune.lookup(1000, 1000, 60, "float64")  # 2016 32x16 tiles
     assert (larger.source, larger.config["bm"], larger.config["bn"], larger.config["splits"]) == ("small-c", 64, 64, 1)
-    assert autotune.lookup(1000, 1000, 600, "float64").source != "small-c"  # more work
+    assert autotune.lookup(1000, 1000, 600, "float64").source != "small-c"  # more work over a longer K
+    short_k = autotune.lookup(4096, 4096, 64, "float64")  # more work over a short K (step 65)
+    assert (short_k.source, short_k.config["bm"], short_k.config["bn"], short_k.config["splits"]) == ("small-c", 64, 64, 1)
     long_k = autotune.lookup(3036, 30, 4386, "float64")  # a skinny C over a long K (step 64)
     assert (long_k.source, long_k.config["bm"], long_k.config["bn"], long_k.config["splits"]) == ("small-c", 64, 32, 8)
     assert autotune.lookup(3036, 30, 4386, "float64", deterministic=True).source != "small-c"

@@ -5,7 +5,7 @@ import pytest
 
 import kernels
 from autotune.space.guesses import (
-    FEW_ROWS_TILE, SHORT_K, SHORT_K_TILE, SMALL_C_TIER_BOUNDS, SMALL_K, SMALL_K_COPIED_TILE, SMALL_K_TILE, STREAM_WORKERS, few_rows_guess, small_c_guess, small_k_guess, fit_tile, policy_splits, shape_guesses, stream_twin,
+    FEW_ROWS_TILE, SHORT_K, SHORT_K_TILE, SMALL_C_TIER_BOUNDS, SMALL_C_WORK, SMALL_K, TIERS_MAX_K, SMALL_K_COPIED_TILE, SMALL_K_TILE, STREAM_WORKERS, few_rows_guess, small_c_guess, small_k_guess, fit_tile, policy_splits, shape_guesses, stream_twin,
 )
 from kernels.dmma import FIRST_TILE as DMMA_TILE
 from kernels.gemv import FEW_ROWS_TILES as GEMV_TILES
@@ -290,6 +290,28 @@ def test_a_small_float64_c_of_more_tiles_gets_the_larger_small_tile_that_pads_it
             for splits in (1, 64):
                 assert infeasibility("dmma", {**t, "splits": splits}, "float64", hopper) is None
     assert mma_space.small_tiles("float32", "9.0") == () and mma_space.small_tiles("float64", "8.0") == ()
+
+
+def test_more_work_on_a_c_of_more_tiles_over_a_short_k_gets_its_tiers_squarest_tile_whole():
+    """Past SMALL_C_WORK, a C of more than two 32x16 tiles an SM over a K of at most TIERS_MAX_K: up to eight
+    an SM, the second tier's 32x32 whatever 16x64 or 64x16 would pad; past eight, 64x64 whatever it pads;
+    whole, deterministic or not; not over a longer K."""
+    hopper = on(DeviceLimits.for_cc("9.0"), 132, "9.0")
+
+    def tile(shape, deterministic=False):
+        params = small_c_guess(shape, "float64", hopper, deterministic).params
+        return params["bm"], params["bn"], params["splits"], params["stores"]
+
+    assert tile((3144, 123, 175)) == (32, 32, 1, "pairs")  # 786 tiles; 16x64 would pad C least
+    assert tile((271, 1343, 188)) == (32, 32, 1, "pairs")
+    assert tile((1056, 512, 200)) == (32, 32, 1, "pairs")  # 8 an SM exactly
+    assert tile((1057, 512, 200)) == (64, 64, 1, "pairs")
+    assert tile((5000, 300, 150)) == (64, 64, 1, "pairs")  # pads C 5.3% more than 64x16
+    assert tile((4096, 4096, TIERS_MAX_K), deterministic=True) == (64, 64, 1, "pairs")
+    assert 3144 * 123 * 175 > SMALL_C_WORK
+    for shape in ((4096, 4096, TIERS_MAX_K + 1), (1000, 1000, 600), (384, 352, 1024)):  # 384x352: two an SM
+        assert small_c_guess(shape, "float64", hopper) is None, shape
+    assert small_c_guess((4096, 4096, 64), "float32", hopper) is None
 
 
 def test_a_skinny_float64_c_of_few_tiles_over_a_long_k_gets_the_long_k_tile_split_for_two_waves():

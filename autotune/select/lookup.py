@@ -11,7 +11,8 @@ for this dtype, ranked in this order (the first that fits wins):
               and C's tiles an SM (autotune.space.guesses.small_k_guess)
      small-c  a product of a small C and little work: its family's small tile, the larger the more
               of them C makes an SM, the smallest K split for two waves; a skinny C of few tiles over
-              a long K: its long-K tile, K split for two waves
+              a long K: its long-K tile, K split for two waves; more work on a C of more tiles over a
+              short K: the squarest tile of its tier, whole
               (autotune.space.guesses.small_c_guess: dmma's, float64 from sm_90 on)
   2. measured the candidate that the nearest shapes of a shipped measured table rate best
               (autotune.select.neighbours), where a table of this dtype and architecture ships

@@ -255,6 +255,11 @@ def small_k_guess(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits, layou
 #: the second's. Only the first tier's splits K
 SMALL_C_TIER_BOUNDS, SMALL_C_PAD_SLACK, SMALL_C_WORK = (2, 8), 1.05, 1 << 26
 
+#: past SMALL_C_WORK, a C of more than SMALL_C_TIER_BOUNDS[0] of the first tier's tile an SM over a K of at
+#: most TIERS_MAX_K takes its tier's squarest tile whole (the first on a tie), whatever it pads: with that much K a
+#: block's k-loop, not C's padding, is most of its time (step 65, studies/h200/step65/)
+TIERS_MAX_K = 256
+
 #: a skinny C over a long K (step 64, studies/h200/step64/): more than SMALL_C_WORK and at most
 #: LONG_K_WORK multiply-adds (the most measured), C's short side at most LONG_K_SHORT_SIDE, its long
 #: side at least the tile's (no smaller C was measured) and at most SMALL_C_TIER_BOUNDS[0] of the first
@@ -288,7 +293,8 @@ def small_c_guess(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits,
 def _small_c_tile(entry: Family, shape: tuple[int, int, int], dtype: str, gpu: GpuLimits,
                   deterministic: bool) -> tuple[dict, bool] | None:
     """A family's tile for a small C and whether its rule splits K: of its small tiles in tiers for
-    little work (SMALL_C_WORK), its long-K tile for a skinny C of few tiles over a long K (LONG_K_WORK)."""
+    little work (SMALL_C_WORK) or a C of more tiles over a K up to TIERS_MAX_K, its long-K tile for a
+    skinny C of few tiles over a long K (LONG_K_WORK)."""
     m, n, k = shape
     tiers = entry.small_tiles(dtype, gpu.cc or None) if entry.small_tiles else ()
     if not tiers:
@@ -297,14 +303,27 @@ def _small_c_tile(entry: Family, shape: tuple[int, int, int], dtype: str, gpu: G
         tile = _small_tile(m, n, tiers, gpu.sm_count)
         return tile, tile in tiers[0]
     few = _tiles(m, n, tiers[0][0]) <= SMALL_C_TIER_BOUNDS[0] * gpu.sm_count
+    if not few and k <= TIERS_MAX_K:
+        return min(tiers[_tier(m, n, tiers, gpu.sm_count)], key=_elongation), False
     if deterministic or not (entry.long_k_tile and few and min(m, n) <= LONG_K_SHORT_SIDE and m * n * k <= LONG_K_WORK):
         return None
     tile = entry.long_k_tile(dtype, gpu.cc or None, m, n)
     return (tile, True) if tile and max(m, n) >= max(tile["bm"], tile["bn"]) else None
 
 
+def _tier(m: int, n: int, tiers: tuple[tuple[dict, ...], ...], sm_count: int) -> int:
+    """The tier of an M x N C: the first, then the next past each of SMALL_C_TIER_BOUNDS of the first
+    tier's tile an SM."""
+    per_sm = _tiles(m, n, tiers[0][0]) / sm_count
+    return sum(per_sm > bound for bound in SMALL_C_TIER_BOUNDS[:len(tiers) - 1])
+
+
+def _elongation(tile: dict) -> float:
+    return max(tile["bm"], tile["bn"]) / min(tile["bm"], tile["bn"])
+
+
 def _small_tile(m: int, n: int, tiers: tuple[tuple[dict, ...], ...], sm_count: int) -> dict:
-    """The tile of `tiers` small_c_guess takes for an M x N C."""
+    """The tile of `tiers` small_c_guess takes for an M x N C of little work."""
     per_sm = _tiles(m, n, tiers[0][0]) / sm_count
     chosen = tiers[0][0]
     for bound, tier in zip(SMALL_C_TIER_BOUNDS, tiers[1:]):
