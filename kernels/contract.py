@@ -46,9 +46,9 @@ and, where they apply (their defaults suit a family without them):
                   blocks would not give every SM two, or None
   skinny_tile     skinny_tile(dtype, cc, m, n) -> a tile it also tries first where an M x N C is
                   skinny, or None
-  small_tiles     small_tiles(dtype, cc) -> the tiles, in tiers of one area, from which a rule picks
-                  the one lookup serves a product of a small C and little work that no row serves
-                  exactly, or ()
+  small_tiles     small_tiles(dtype, cc) -> the tiles, in tiers of one area, each tier's squarest
+                  first, from which a rule picks the one lookup serves a product of a small C that no
+                  row serves exactly, or ()
   long_k_tile     long_k_tile(dtype, cc, m, n) -> the tile lookup serves, K split by a rule, a skinny
                   M x N C of few tiles over a long K, or None
   few_rows_config few_rows_config(product, sm_count, deterministic) -> its params for a Product
@@ -203,8 +203,8 @@ class Family:
     #: skinny_tile(dtype, cc, m, n) -> a tile a cold tune also tries first where an M x N C is
     #: skinny (autotune.space.guesses.SKINNY rows or columns), or None
     skinny_tile: Callable[[str, str | None, int, int], dict | None] | None = None
-    #: small_tiles(dtype, cc) -> the tiles, in tiers of one area, from which a rule picks the one
-    #: lookup serves a product of a small C and little work that no row serves exactly
+    #: small_tiles(dtype, cc) -> the tiles, in tiers of one area, each tier's squarest first, from which
+    #: a rule picks the one lookup serves a product of a small C that no row serves exactly
     #: (autotune.space.guesses.small_c_guess), or ()
     small_tiles: Callable[[str, str | None], tuple[tuple[dict, ...], ...]] | None = None
     #: long_k_tile(dtype, cc, m, n) -> the tile lookup serves a skinny M x N C of few tiles over a long

@@ -75,9 +75,9 @@ FEW_BY_ARCH = {(9, 0): {"mma": "m16n8k8", "stores": "pairs"}}
 SKINNY_LONG, SKINNY_WARPS, SKINNY_SHORT = 128, 4, 16
 SKINNY_WARP_TILE = {"bm": 64, "bn": 32}
 
-#: the tiles lookup serves a float64 product of a small C and little work that no row serves exactly
-#: (autotune.space.guesses.small_c_guess), in tiers of one area each: the more of the first tier's tile C
-#: makes an SM, the larger the tier, and in a tier the tile that pads C least. Two warps of 16 x 16 keep
+#: the tiles lookup serves a float64 product of a small C that no row serves exactly, by the rule of
+#: autotune.space.guesses.small_c_guess: in tiers of one area each, the larger the more of the first tier's
+#: tile C makes an SM, each tier's squarest tile first. Two warps of 16 x 16 keep
 #: the most blocks in flight where C makes few (docs/performance.md, step 62); where C makes many, larger
 #: tiles and C's pairs written as 16-byte stores drain it sooner (step 63). sm_90's 16 x 8 x 8
 #: instruction alone was measured

@@ -212,6 +212,12 @@ STEP64_HASHES = {"wgmma": "abd5fc6489aef83c", "dmma": "d503bdfe1ed4d626", "tf32x
                  "vector": "3a9dae586457a3bb", "splitk": "a9080eb56c388047", "register": "94ec1a90b9f9bf62",
                  "streamk": "e61315e953adbe82", "shared": "4a85093d5177ae0e", "naive": "45df995a2013ab62",
                  "gemv": "332842da1932e91a"}
+#: every family's source hash after step 65 said in the families' contract that each tier of small tiles
+#: lists its squarest first (Family.small_tiles): the same sm_90 PTX for every shipped record (studies/ptx_same.py)
+STEP65_HASHES = {"wgmma": "5d8351c062e45c00", "dmma": "8c6cf53d1241612a", "tf32x3": "1052facd9bed1128",
+                 "vector": "f3ee3f4e2c9bfdce", "splitk": "29f113a7377ecda7", "register": "64ab185389650bcc",
+                 "streamk": "5411a5b6251db512", "shared": "89f4721dd538cd44", "naive": "44e0e861f796aa73",
+                 "gemv": "76a1b3dc648f2a48"}
 #: the step-63 tune's row the H200 keeps: the tune chose the shipped config again
 STEP63_KEPT = ["512x512x512@float64"]
 
@@ -290,6 +296,8 @@ SHIPPED = {
          "what": "step 63: the families' small tiles in tiers, which leave every kernel's PTX as it was"},
         {"step": "relabel", "commit": "step 64 (issue 39)", "field": "wgmma_kernels", "hashes": STEP64_HASHES,
          "what": "step 64: the families' long-K tile, which leaves every kernel's PTX as it was"},
+        {"step": "relabel", "commit": "step 65 (issue 39)", "field": "wgmma_kernels", "hashes": STEP65_HASHES,
+         "what": "step 65: the small tiers' squarest tile first, which leaves every kernel's PTX as it was"},
     ],
     "records/nvidia-h200.json": [
         {"step": "promote", "commit": "9494194", "file": "h200/step25/retimed.json.xz",
@@ -430,6 +438,8 @@ SHIPPED = {
                  "guesses (16 trials); 256x256x256's row promoted"},
         {"step": "relabel", "commit": "step 64 (issue 39)", "hashes": STEP64_HASHES,
          "what": "step 64: the families' long-K tile: the same sm_90 PTX for every row"},
+        {"step": "relabel", "commit": "step 65 (issue 39)", "hashes": STEP65_HASHES,
+         "what": "step 65: the small tiers' squarest tile first: the same sm_90 PTX for every row"},
     ],
     "records/nvidia-h100-80gb-hbm3.json": [
         {"step": "promote", "commit": "step 39 (issue 39)", "file": "h100/step39/tune/tuned.json.xz",
@@ -529,6 +539,8 @@ SHIPPED = {
          "what": "step 63: the families' small tiles in tiers: the same sm_90 PTX for every record"},
         {"step": "relabel", "commit": "step 64 (issue 39)", "hashes": STEP64_HASHES,
          "what": "step 64: the families' long-K tile: the same sm_90 PTX for every record"},
+        {"step": "relabel", "commit": "step 65 (issue 39)", "hashes": STEP65_HASHES,
+         "what": "step 65: the small tiers' squarest tile first: the same sm_90 PTX for every record"},
     ],
 }
 

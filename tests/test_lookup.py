@@ -210,8 +210,9 @@ def test_a_small_float64_product_nobody_tuned_gets_dmmas_small_tile():
     larger = autotune.lookup(1000, 1000, 60, "float64")  # 2016 32x16 tiles
     assert (larger.source, larger.config["bm"], larger.config["bn"], larger.config["splits"]) == ("small-c", 64, 64, 1)
     assert autotune.lookup(1000, 1000, 600, "float64").source != "small-c"  # more work over a longer K
-    short_k = autotune.lookup(4096, 4096, 64, "float64")  # more work over a short K (step 65)
+    short_k = autotune.lookup(4096, 4096, 400, "float64")  # more work over a short K (step 65)
     assert (short_k.source, short_k.config["bm"], short_k.config["bn"], short_k.config["splits"]) == ("small-c", 64, 64, 1)
+    assert autotune.lookup(4096, 4096, 400, "float64", layout="NT").source != "small-c"  # B transposed: K to 256
     long_k = autotune.lookup(3036, 30, 4386, "float64")  # a skinny C over a long K (step 64)
     assert (long_k.source, long_k.config["bm"], long_k.config["bn"], long_k.config["splits"]) == ("small-c", 64, 32, 8)
     assert autotune.lookup(3036, 30, 4386, "float64", deterministic=True).source != "small-c"

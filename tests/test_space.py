@@ -5,7 +5,7 @@ import pytest
 
 import kernels
 from autotune.space.guesses import (
-    FEW_ROWS_TILE, SHORT_K, SHORT_K_TILE, SMALL_C_TIER_BOUNDS, SMALL_C_WORK, SMALL_K, TIERS_MAX_K, SMALL_K_COPIED_TILE, SMALL_K_TILE, STREAM_WORKERS, few_rows_guess, small_c_guess, small_k_guess, fit_tile, policy_splits, shape_guesses, stream_twin,
+    FEW_ROWS_TILE, SHORT_K, SHORT_K_TILE, SMALL_C_TIER_BOUNDS, SMALL_C_WORK, SMALL_K, TIERS_MAX_K, TIERS_MAX_K_B_T, SMALL_K_COPIED_TILE, SMALL_K_TILE, STREAM_WORKERS, few_rows_guess, small_c_guess, small_k_guess, fit_tile, policy_splits, shape_guesses, stream_twin,
 )
 from kernels.dmma import FIRST_TILE as DMMA_TILE
 from kernels.gemv import FEW_ROWS_TILES as GEMV_TILES
@@ -286,6 +286,7 @@ def test_a_small_float64_c_of_more_tiles_gets_the_larger_small_tile_that_pads_it
     assert len(mma_space.SMALL_TIERS) == len(SMALL_C_TIER_BOUNDS) + 1
     for tier in mma_space.small_tiles("float64", "9.0"):
         assert len({t["bm"] * t["bn"] for t in tier}) == 1
+        assert tier[0] == min(tier, key=lambda t: max(t["bm"], t["bn"]) / min(t["bm"], t["bn"]))  # squarest first
         for t in tier:
             for splits in (1, 64):
                 assert infeasibility("dmma", {**t, "splits": splits}, "float64", hopper) is None
@@ -293,24 +294,30 @@ def test_a_small_float64_c_of_more_tiles_gets_the_larger_small_tile_that_pads_it
 
 
 def test_more_work_on_a_c_of_more_tiles_over_a_short_k_gets_its_tiers_squarest_tile_whole():
-    """Past SMALL_C_WORK, a C of more than two 32x16 tiles an SM over a K of at most TIERS_MAX_K: up to eight
-    an SM, the second tier's 32x32 whatever 16x64 or 64x16 would pad; past eight, 64x64 whatever it pads;
-    whole, deterministic or not; not over a longer K."""
+    """Past SMALL_C_WORK, a C of more than two 32x16 tiles an SM over a K of at most TIERS_MAX_K
+    (TIERS_MAX_K_B_T where B is passed transposed): up to eight an SM, the second tier's 32x32 whatever
+    16x64 or 64x16 would pad; past eight, 64x64 whatever it pads; whole, deterministic or not; not over a
+    longer K, nor where C's short side is shorter than the tile's."""
     hopper = on(DeviceLimits.for_cc("9.0"), 132, "9.0")
 
-    def tile(shape, deterministic=False):
-        params = small_c_guess(shape, "float64", hopper, deterministic).params
+    def tile(shape, deterministic=False, layout="NN"):
+        params = small_c_guess(shape, "float64", hopper, deterministic, layout).params
         return params["bm"], params["bn"], params["splits"], params["stores"]
 
-    assert tile((3144, 123, 175)) == (32, 32, 1, "pairs")  # 786 tiles; 16x64 would pad C least
+    assert tile((3144, 123, 175)) == (32, 32, 1, "pairs")  # 792 tiles; 16x64 would pad C least
     assert tile((271, 1343, 188)) == (32, 32, 1, "pairs")
     assert tile((1056, 512, 200)) == (32, 32, 1, "pairs")  # 8 an SM exactly
     assert tile((1057, 512, 200)) == (64, 64, 1, "pairs")
     assert tile((5000, 300, 150)) == (64, 64, 1, "pairs")  # pads C 5.3% more than 64x16
     assert tile((4096, 4096, TIERS_MAX_K), deterministic=True) == (64, 64, 1, "pairs")
+    assert tile((4096, 4096, TIERS_MAX_K), layout="TN") == tile((4096, 4096, TIERS_MAX_K_B_T), layout="NT")
+    assert tile((4096, 4096, TIERS_MAX_K_B_T), layout="TT") == (64, 64, 1, "pairs")
     assert 3144 * 123 * 175 > SMALL_C_WORK
-    for shape in ((4096, 4096, TIERS_MAX_K + 1), (1000, 1000, 600), (384, 352, 1024)):  # 384x352: two an SM
-        assert small_c_guess(shape, "float64", hopper) is None, shape
+    assert tile((64, 17000, 256)) == (64, 64, 1, "pairs") and tile((32, 16000, 256)) == (32, 32, 1, "pairs")
+    for shape, layout in (((4096, 4096, TIERS_MAX_K + 1), "NN"), ((4096, 4096, TIERS_MAX_K_B_T + 1), "NT"),
+                          ((4096, 4096, TIERS_MAX_K_B_T + 1), "TT"), ((1000, 1000, 600), "NN"),
+                          ((63, 17000, 256), "NN"), ((31, 16000, 256), "NN")):  # C's short side under the tile's
+        assert small_c_guess(shape, "float64", hopper, layout=layout) is None, (shape, layout)
     assert small_c_guess((4096, 4096, 64), "float32", hopper) is None
 
 

@@ -177,7 +177,7 @@ def _find(problem: Problem, device: Device, deterministic: bool) -> Choice:
             pipeline = f"{tile['stages']} async stages" if tile["async_copy"] else "through registers"
             return Choice(short.family, tile, "small-k", device.name,
                           basis=f"K = {k}: the {tile['bm']}x{tile['bn']} tile, BK {tile['bk']}, {pipeline}")
-        small = small_c_guess((m, n, k), dtype, gpu, deterministic)
+        small = small_c_guess((m, n, k), dtype, gpu, deterministic, layout)
         if small is not None and allows(wanted, kernels.family(small.family).precision, k):
             tile, family = small.params, small.family
             return Choice(family, tile, "small-c", device.name,

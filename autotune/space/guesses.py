@@ -256,9 +256,11 @@ def small_k_guess(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits, layou
 SMALL_C_TIER_BOUNDS, SMALL_C_PAD_SLACK, SMALL_C_WORK = (2, 8), 1.05, 1 << 26
 
 #: past SMALL_C_WORK, a C of more than SMALL_C_TIER_BOUNDS[0] of the first tier's tile an SM over a K of at
-#: most TIERS_MAX_K takes its tier's squarest tile whole (the first on a tie), whatever it pads: with that much K a
-#: block's k-loop, not C's padding, is most of its time (step 65, studies/h200/step65/)
-TIERS_MAX_K = 256
+#: most TIERS_MAX_K (TIERS_MAX_K_B_T where B is passed transposed, as in NT and TT: past it the records'
+#: 128-wide tiles won in NT) takes its tier's squarest tile whole, however much it pads C, where C's short
+#: side spans the tile (no shorter one was measured): over such a K a block's k-loop, not C's padding, is
+#: most of its time (step 65, studies/h200/step65/)
+TIERS_MAX_K, TIERS_MAX_K_B_T = 512, 256
 
 #: a skinny C over a long K (step 64, studies/h200/step64/): more than SMALL_C_WORK and at most
 #: LONG_K_WORK multiply-adds (the most measured), C's short side at most LONG_K_SHORT_SIDE, its long
@@ -269,8 +271,8 @@ TIERS_MAX_K = 256
 LONG_K_SHORT_SIDE, LONG_K_WORK = 96, 1 << 30
 
 
-def small_c_guess(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits,
-                  deterministic: bool = False) -> Config | None:
+def small_c_guess(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits, deterministic: bool = False,
+                  layout: str = "NN") -> Config | None:
     """The first family's tile for a small C (_small_c_tile), K split for SPLIT_WAVES waves where its
     rule splits, as far as its space's splits go (not split where `deterministic`, and no long-K tile
     then). None for other products, an unknown SM count, or where it cannot run."""
@@ -278,7 +280,7 @@ def small_c_guess(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits,
     if not gpu.sm_count or min(m, n) < MIN_FIT_SIDE:
         return None
     for entry in kernels.FAMILIES.values():
-        chosen = _small_c_tile(entry, shape, dtype, gpu, deterministic)
+        chosen = _small_c_tile(entry, shape, dtype, gpu, deterministic, layout)
         if chosen is None:
             continue
         tile, split = chosen
@@ -291,10 +293,10 @@ def small_c_guess(shape: tuple[int, int, int], dtype: str, gpu: GpuLimits,
 
 
 def _small_c_tile(entry: Family, shape: tuple[int, int, int], dtype: str, gpu: GpuLimits,
-                  deterministic: bool) -> tuple[dict, bool] | None:
+                  deterministic: bool, layout: str) -> tuple[dict, bool] | None:
     """A family's tile for a small C and whether its rule splits K: of its small tiles in tiers for
-    little work (SMALL_C_WORK) or a C of more tiles over a K up to TIERS_MAX_K, its long-K tile for a
-    skinny C of few tiles over a long K (LONG_K_WORK)."""
+    little work (SMALL_C_WORK) or a C of more tiles over a short K (TIERS_MAX_K in `layout`), its long-K
+    tile for a skinny C of few tiles over a long K (LONG_K_WORK)."""
     m, n, k = shape
     tiers = entry.small_tiles(dtype, gpu.cc or None) if entry.small_tiles else ()
     if not tiers:
@@ -303,8 +305,9 @@ def _small_c_tile(entry: Family, shape: tuple[int, int, int], dtype: str, gpu: G
         tile = _small_tile(m, n, tiers, gpu.sm_count)
         return tile, tile in tiers[0]
     few = _tiles(m, n, tiers[0][0]) <= SMALL_C_TIER_BOUNDS[0] * gpu.sm_count
-    if not few and k <= TIERS_MAX_K:
-        return min(tiers[_tier(m, n, tiers, gpu.sm_count)], key=_elongation), False
+    if not few and k <= (TIERS_MAX_K_B_T if layout[1] == "T" else TIERS_MAX_K):
+        tile = tiers[_tier(m, n, tiers, gpu.sm_count)][0]  # the squarest (Family.small_tiles)
+        return (tile, False) if min(m, n) >= max(tile["bm"], tile["bn"]) else None
     if deterministic or not (entry.long_k_tile and few and min(m, n) <= LONG_K_SHORT_SIDE and m * n * k <= LONG_K_WORK):
         return None
     tile = entry.long_k_tile(dtype, gpu.cc or None, m, n)
@@ -316,10 +319,6 @@ def _tier(m: int, n: int, tiers: tuple[tuple[dict, ...], ...], sm_count: int) ->
     tier's tile an SM."""
     per_sm = _tiles(m, n, tiers[0][0]) / sm_count
     return sum(per_sm > bound for bound in SMALL_C_TIER_BOUNDS[:len(tiers) - 1])
-
-
-def _elongation(tile: dict) -> float:
-    return max(tile["bm"], tile["bn"]) / min(tile["bm"], tile["bn"])
 
 
 def _small_tile(m: int, n: int, tiers: tuple[tuple[dict, ...], ...], sm_count: int) -> dict:

@@ -192,59 +192,69 @@ SAME_CODE = {
     **dict.fromkeys(("e8e27951728ebace", "8af2fb2881a043cb", "8273f1e13ceb6d08", "0278b16e092374b3",
                      "c619098a8d401800", "fd77e1f36f3b7999", "d561113cb568f1ce",
                      "db1c495f88784108",
-                     "35a78fb2ace70b4c"), "54138ac45e38c6eb"),  # tf32x3
+                     "35a78fb2ace70b4c",
+                     "54138ac45e38c6eb"), "1052facd9bed1128"),  # tf32x3
     **dict.fromkeys(("48d1a5b11a2678d0", "2a033be0faca54e6", "5c3623a96b94edce",
                      "3db4fb618fd5ee86", "528114de565d751e", "c2a99e011a342f91",
-                     "545593142d1aa8b0"), "d503bdfe1ed4d626"),  # dmma
+                     "545593142d1aa8b0",
+                     "d503bdfe1ed4d626"), "8c6cf53d1241612a"),  # dmma
     **dict.fromkeys(("e861213c0d10400a", "46c18dbcbf6be0a5", "8bfff77fd2b69181",
                      "a8f0260fda7b91dd", "518e63140bddc879", "abb96c882b71735b",
                      "26a0bc50e0850d9e", "975e277a70850b48", "77e0429cdab60417",
                      "94afdc7630da6806", "9ae10155ab33c358", "bf14f04d3b40e22e",
                      "b974038d346de1af", "6b2c0a86f00ce72e",
-                     "b4b2d2d11d07b906"), "3a9dae586457a3bb"),  # vector
+                     "b4b2d2d11d07b906",
+                     "3a9dae586457a3bb"), "f3ee3f4e2c9bfdce"),  # vector
     **dict.fromkeys(("024e9be007ffe58e", "6ed1b233e63c12f5", "a33334a5730dbff2",
                      "e3c48b5f41d0c25a", "2f9dd882e04ed428", "a442adfb92bd043d",
                      "1991a8c9bca3ce1a", "82d63ba512d0e0f3", "d54f13f15138e3eb",
                      "07522f42dc95dbde", "83de2adf75f8bbfe", "6fabef57523ae9d7",
                      "d374d9a51f569c4c", "70ec55f514a19c95",
-                     "2239d6279e7bc903"), "a9080eb56c388047"),  # splitk
+                     "2239d6279e7bc903",
+                     "a9080eb56c388047"), "29f113a7377ecda7"),  # splitk
     **dict.fromkeys(("9faa27bb94ff2549", "33b95ce9173d3f11", "beff4388ac50a64f",
                      "b9a5ca207651b4ed", "4b329f6b390083f9", "cf77fcbacf092de1",
                      "ef4894be68330e68", "933e693c2dd6d661", "65fa8e91531a2b21",
                      "8ab9c4edaa8c3f8d", "1d4ed3a436b1a015", "6a4296fba5167234",
                      "0a619d535b58022b", "df9ac795566cacac",
-                     "cd2de505cf804aa9"), "94ec1a90b9f9bf62"),  # register
+                     "cd2de505cf804aa9",
+                     "94ec1a90b9f9bf62"), "64ab185389650bcc"),  # register
     **dict.fromkeys(("1a82cd700f036fbe", "5f8a8fd988161645", "1f51d55730bc962d",
                      "cc0f3336ceccad32", "622bc048752f2d54", "cf27d3ac6d20223b",
                      "763fc9a2f2b8382e", "fbf9937219dee21f", "822c2cf5beb8e475",
                      "4ecc2d572cfa44ff", "fdc1a9af51bfff50", "45b22ad810259906",
                      "ad0fb720ca43244e", "7aa4ad57fcc7934c",
-                     "68786abf67aca3f2"), "e61315e953adbe82"),  # streamk
+                     "68786abf67aca3f2",
+                     "e61315e953adbe82"), "5411a5b6251db512"),  # streamk
     **dict.fromkeys(("687c37588c4a272d", "9494a3693ddb1d38", "6593e5ba1481ebdf",
                      "8187517e9da20247", "7e9f1641240c02b3", "49fd31de069f0440",
                      "eee9fce37798d5e2", "24908dc3ac1866c5", "74bea3c8429871a1",
                      "548000f0693bc65a", "3f4d94121278760b", "29222c835d63aa02",
                      "63a08d9c42096786",
-                     "1045b03661cd8580"), "4a85093d5177ae0e"),  # shared
+                     "1045b03661cd8580",
+                     "4a85093d5177ae0e"), "89f4721dd538cd44"),  # shared
     **dict.fromkeys(("12e0e5b192388d20", "2e3511c1db883466", "39bd8c44bbf5af2b",
                      "b7f52dc48ea6adfc", "6e54c3819cd57181", "60ac60522e8f4f00",
                      "e548680c9445bcc0", "7b728afa945ddbf7", "ffe5d25c102762ce",
                      "f7142e0728087c0a", "dc99bee5c05df9ed", "a65097b6941e4f5f",
                      "78b4fa5987d38256",
-                     "b66f90742fc4c0af"), "45df995a2013ab62"),  # naive
+                     "b66f90742fc4c0af",
+                     "45df995a2013ab62"), "44e0e861f796aa73"),  # naive
     **dict.fromkeys(("af5a4f573c8c0324", "4309187d0a165526", "466212c4e24018b6",
                      "9c5bb28d8cec5346", "79025522fd3373a6", "f1f15da7ff85553a",
                      "cb9d2a7c451f3b79", "bee80c995fa8a277", "9128497dce6ff119",
                      "87f6f673163940c2", "a8f3edd40f01b9b8", "795d2611daf6bfd7", "2a3f5120fecb88b9",
                      "a18bdd1a6fdb9f37", "5ce8a37ef6db3ad1", "145b2f58c86dbc6b",
                      "e8ac55794b4d8383", "1ca7fe33dcc67d7b", "31c3357d82082f90",
-                     "63af3d1c0cd9b0ba"), "332842da1932e91a"),  # gemv
+                     "63af3d1c0cd9b0ba",
+                     "332842da1932e91a"), "76a1b3dc648f2a48"),  # gemv
     **dict.fromkeys(("c363ca80fa7b1065", "cfa194878a0bd632", "b3bf49dceafe423b",
                      "c80c3d083a86b7ce", "c43413822251788d", "37b5840ad9871f44",
                      "a2f68dde27f49157", "947e1f409052d61d", "1d99f6ede78de43f",
                      "88a644be67767efd", "df101b90070127a6", "e199b22cceab5fa3",
                      "15495fcc158b3ea5", "b7055580850b186a", "a083a2cb904e1bb5",
-                     "ec99d11908c72954"), "abd5fc6489aef83c"),  # wgmma
+                     "ec99d11908c72954",
+                     "abd5fc6489aef83c"), "5d8351c062e45c00"),  # wgmma
 }
 
 

@@ -166,7 +166,8 @@ def warm_start(cache: Cache, start: WarmStart) -> list[Config]:
         tuned += nearest_rows(kin, shape, WARM_START_SHAPES)
     target = GpuLimits.of(limits, cc, sm_count)
     rules = [few_rows_guess(shape, dtype, target, layout=problem.layout),
-             small_k_guess(shape, dtype, target, problem.layout), small_c_guess(shape, dtype, target)]
+             small_k_guess(shape, dtype, target, problem.layout),
+             small_c_guess(shape, dtype, target, layout=problem.layout)]
     candidates = [config for config in rules if config is not None]
     candidates += shape_guesses(shape, dtype, target) if sm_count else []
     candidates += measured_guesses(start)
