@@ -25,7 +25,7 @@ SPACE = {
     "warps_n": [1, 2, 4],
     "stages": [2, 3, 4, 5],
     "splits": [1, 2, 4, 8, 16, 32, 64],
-    "min_blocks": [1, 2],
+    "min_blocks": [1, 2, 3],
     "stored": ["mn", "k", "memory"],
     "stores": ["elements", "pairs"],  # how a lane writes C (kernels.mma_epilogue)
 }
@@ -79,13 +79,14 @@ SKINNY_WARP_TILE = {"bm": 64, "bn": 32}
 #: autotune.space.guesses.small_c_guess: in tiers of one area each, the larger the more of the first tier's
 #: tile C makes an SM, each tier's squarest tile first. Two warps of 16 x 16 keep
 #: the most blocks in flight where C makes few (docs/performance.md, step 62); where C makes many, larger
-#: tiles and C's pairs written as 16-byte stores drain it sooner (step 63). sm_90's 16 x 8 x 8
-#: instruction alone was measured
+#: tiles and C's pairs written as 16-byte stores drain it sooner (step 63). 64 x 64 asks ptxas for three
+#: blocks an SM: where B lies K-major (NT, TT) it otherwise took the registers of two (step 65). sm_90's
+#: 16 x 8 x 8 instruction alone was measured
 SMALL_PIPELINE = {"bk": 16, "stages": 3, "min_blocks": 1, "stored": "memory", "stores": "pairs"}
 SMALL_TIERS = (({"bm": 32, "bn": 16, "warps_m": 2, "warps_n": 1},),
                ({"bm": 32, "bn": 32, "warps_m": 2, "warps_n": 1}, {"bm": 16, "bn": 64, "warps_m": 1, "warps_n": 2},
                 {"bm": 64, "bn": 16, "warps_m": 2, "warps_n": 1}),
-               ({"bm": 64, "bn": 64, "warps_m": 2, "warps_n": 2},))
+               ({"bm": 64, "bn": 64, "warps_m": 2, "warps_n": 2, "min_blocks": 3},))
 
 SMALL_BY_ARCH = {(9, 0): {"mma": "m16n8k8"}}
 

@@ -24,7 +24,8 @@ from .base import DeviceLimits, Family, Kernel, Schedules
 from .warp_mma import KINDS, needs
 
 DTYPE = "float32"
-SPACE = {**dmma.SPACE, "mma": list(KINDS["tf32"]), "chunk": [1, 2, 4], "stores": ["elements"]}  # float64's pairs
+#: dmma's space but for float64's paired stores and third min_blocks, neither measured in float32
+SPACE = {**dmma.SPACE, "mma": list(KINDS["tf32"]), "chunk": [1, 2, 4], "stores": ["elements"], "min_blocks": [1, 2]}
 DEFAULT = {**dmma.DEFAULT, "mma": "m16n8k8", "bk": 16, "chunk": 2}
 shared_bytes = dmma.shared_bytes
 #: the tile a cold tune tries first (autotune.space.guesses), from sm_80 on: its tiles as they lie
