@@ -80,8 +80,8 @@ SKINNY_WARP_TILE = {"bm": 64, "bn": 32}
 #: tile C makes an SM, each tier's squarest tile first. Two warps of 16 x 16 keep
 #: the most blocks in flight where C makes few (docs/performance.md, step 62); where C makes many, larger
 #: tiles and C's pairs written as 16-byte stores drain it sooner (step 63). 64 x 64 asks ptxas for three
-#: blocks an SM: where B lies K-major (NT, TT) it otherwise took the registers of two (step 65). sm_90's
-#: 16 x 8 x 8 instruction alone was measured
+#: blocks an SM: in NT, both operands lying K-major, and built for unaligned rows it otherwise took the
+#: registers of two (step 65). sm_90's 16 x 8 x 8 instruction alone was measured
 SMALL_PIPELINE = {"bk": 16, "stages": 3, "min_blocks": 1, "stored": "memory", "stores": "pairs"}
 SMALL_TIERS = (({"bm": 32, "bn": 16, "warps_m": 2, "warps_n": 1},),
                ({"bm": 32, "bn": 32, "warps_m": 2, "warps_n": 1}, {"bm": 16, "bn": 64, "warps_m": 1, "warps_n": 2},

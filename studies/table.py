@@ -215,7 +215,7 @@ STEP64_HASHES = {"wgmma": "abd5fc6489aef83c", "dmma": "d503bdfe1ed4d626", "tf32x
 #: every family's source hash after step 65 said in the families' contract that each tier of small tiles
 #: lists its squarest first (Family.small_tiles) and gave dmma's space a third min_blocks: the same sm_90 PTX
 #: for every shipped record (studies/ptx_same.py)
-STEP65_HASHES = {"wgmma": "5d8351c062e45c00", "dmma": "6deec0ffc2ab5f47", "tf32x3": "f637b2e099d30efc",
+STEP65_HASHES = {"wgmma": "5d8351c062e45c00", "dmma": "ce100286837b6c2f", "tf32x3": "49b6fc177a7af637",
                  "vector": "f3ee3f4e2c9bfdce", "splitk": "29f113a7377ecda7", "register": "64ab185389650bcc",
                  "streamk": "5411a5b6251db512", "shared": "89f4721dd538cd44", "naive": "44e0e861f796aa73",
                  "gemv": "76a1b3dc648f2a48"}

@@ -477,24 +477,28 @@ from autotune.space.configs import DeviceLimits, GpuLimits
 from kernels.resources import compile_report
 hopper = GpuLimits.of(DeviceLimits.for_cc("9.0"), "9.0", 132)
 out = {}
-for layout in ("NN", "NT", "TN", "TT"):
-    config = small_c_guess((2368, 2320, 240), "float64", hopper, layout=layout)
-    kernel = kernels.build_for(config.family, config.params, "float64", (2368, 2320, 240), layout)
-    report = compile_report(kernel)
-    out[layout] = {"threads": kernel.threads, "registers": report.registers,
-                   "spills": report.spill_stores + report.spill_loads, "tile": [config.params["bm"], config.params["bn"]]}
+for shape in ((2368, 2320, 240), (2367, 2321, 241)):  # the second built for unaligned rows
+    for layout in ("NN", "NT", "TN", "TT"):
+        config = small_c_guess(shape, "float64", hopper, layout=layout)
+        kernel = kernels.build_for(config.family, config.params, "float64", shape, layout)
+        report = compile_report(kernel)
+        out[f"{layout} {shape}"] = {"threads": kernel.threads, "registers": report.registers, "built": kernel.unaligned,
+                                    "spills": report.spill_stores + report.spill_loads,
+                                    "tile": [config.params["bm"], config.params["bn"]]}
 print(json.dumps(out))
 """
 
 
 def test_the_small_tiers_64x64_tile_leaves_registers_for_three_blocks_an_sm_in_every_layout():
-    """The third tier's 64x64 tile asks ptxas for three blocks an SM (min_blocks 3): where B lies K-major
-    (NT) it otherwise took the registers of two (docs/performance.md, step 65); in no layout does it spill."""
+    """The third tier's 64x64 tile asks ptxas for three blocks an SM (min_blocks 3): in NT, and built for
+    unaligned rows, it otherwise took the registers of two (docs/performance.md, step 65). Built for aligned
+    rows it spills in no layout (TN's build for unaligned rows spills a few bytes, and ran faster)."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     done = subprocess.run([sys.executable, "-c", THREE_BLOCKS_CHILD], env=env, capture_output=True, text=True,
                           timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.splitlines()[-1])
-    for layout, report in out.items():
-        assert report["tile"] == [64, 64] and report["spills"] == 0, (layout, report)
-        assert 3 * report["threads"] * report["registers"] <= 65536, (layout, report)
+    assert {report["built"] for report in out.values()} == {"", "AB"}
+    for build, report in out.items():
+        assert report["tile"] == [64, 64] and (report["built"] or report["spills"] == 0), (build, report)
+        assert 3 * report["threads"] * report["registers"] <= 65536, (build, report)

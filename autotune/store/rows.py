@@ -183,7 +183,7 @@ def nearest_rows(rows: list[Row], shape: tuple[int, int, int], count: int = 1) -
 #: could write C's pairs as one store, off by default (step 60), and every family's when the contract
 #: gained a skinny tile and dmma's and tf32x3's space 16-wide tiles (step 61), a small tile
 #: (step 62), small tiles in tiers (step 63), a long-K tile (step 64) and its small tiers' squarest first,
-#: dmma's and tf32x3's space a third min_blocks (step 65). dmma's rows from before step 59 are
+#: dmma's space a third min_blocks (step 65). dmma's rows from before step 59 are
 #: stale: its float64 tiles stored "k" or "memory" are read otherwise (its "mn" rows, whose PTX is the
 #: same, were relabelled in the shipped records), and tf32x3's from before step 58. Step 48
 #: changed one kind of build: wgmma's with two producers for rows that are not 16-byte aligned,
@@ -194,11 +194,12 @@ SAME_CODE = {
                      "c619098a8d401800", "fd77e1f36f3b7999", "d561113cb568f1ce",
                      "db1c495f88784108",
                      "35a78fb2ace70b4c",
-                     "54138ac45e38c6eb", "1052facd9bed1128", "6110b77a99cde2fd"), "f637b2e099d30efc"),  # tf32x3
+                     "54138ac45e38c6eb", "1052facd9bed1128", "6110b77a99cde2fd",
+                     "f637b2e099d30efc"), "49b6fc177a7af637"),  # tf32x3
     **dict.fromkeys(("48d1a5b11a2678d0", "2a033be0faca54e6", "5c3623a96b94edce",
                      "3db4fb618fd5ee86", "528114de565d751e", "c2a99e011a342f91",
                      "545593142d1aa8b0",
-                     "d503bdfe1ed4d626", "8c6cf53d1241612a"), "6deec0ffc2ab5f47"),  # dmma
+                     "d503bdfe1ed4d626", "8c6cf53d1241612a", "6deec0ffc2ab5f47"), "ce100286837b6c2f"),  # dmma
     **dict.fromkeys(("e861213c0d10400a", "46c18dbcbf6be0a5", "8bfff77fd2b69181",
                      "a8f0260fda7b91dd", "518e63140bddc879", "abb96c882b71735b",
                      "26a0bc50e0850d9e", "975e277a70850b48", "77e0429cdab60417",
